@@ -1,0 +1,180 @@
+//! The application state and the HTTP router that every entry point (serve, demo,
+//! tests, benchmarks) builds in the same way.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Method, header};
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Config, SiteConfig};
+use crate::llm::{OpenAiProvider, Provider};
+use crate::secret::Keys;
+use crate::store::Store;
+use crate::tools::Toolbox;
+use crate::tools::http::Executor;
+
+/// Request bodies are small JSON documents; anything larger is refused early.
+const BODY_LIMIT: usize = 64 * 1024;
+
+pub struct Site {
+    pub config: SiteConfig,
+    pub tools: Toolbox,
+}
+
+impl std::fmt::Debug for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Site({})", self.config.id)
+    }
+}
+
+pub struct AppState {
+    pub config: Config,
+    pub sites: HashMap<String, Arc<Site>>,
+    pub store: Store,
+    pub keys: Keys,
+    pub clock: Arc<dyn Clock>,
+    pub provider: Arc<dyn Provider>,
+    pub executor: Executor,
+    /// Turns run as tasks that outlive their request; shutdown waits for them.
+    pub turns: TaskTracker,
+}
+
+pub type App = Arc<AppState>;
+
+impl AppState {
+    pub fn site(&self, id: &str) -> Option<&Arc<Site>> {
+        self.sites.get(id)
+    }
+}
+
+/// What `build` may be given instead of the defaults, for tests and benchmarks.
+#[derive(Default)]
+pub struct Overrides {
+    pub clock: Option<Arc<dyn Clock>>,
+    pub provider: Option<Arc<dyn Provider>>,
+}
+
+/// Connects storage and the provider and derives the keys. The config must have been
+/// validated and must carry the master secret.
+pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> {
+    let Some(secret) = config.secret.as_ref() else {
+        anyhow::bail!("BETTER_AUTH_SECRET is not set");
+    };
+    let keys = Keys::derive(secret);
+    let store = Store::connect(&config.server.database_url()).await?;
+    let clock = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
+    let cutoff = clock.now_ms() - 60 * 60 * 1000;
+    let interrupted = store.fail_interrupted_messages(cutoff).await?;
+    if interrupted > 0 {
+        tracing::warn!(
+            count = interrupted,
+            "answers interrupted by an earlier stop were marked failed"
+        );
+    }
+    let provider: Arc<dyn Provider> = match overrides.provider {
+        Some(p) => p,
+        None => Arc::new(OpenAiProvider::new(&config.llm)?),
+    };
+    let mut sites = HashMap::new();
+    for site in &config.sites {
+        let tools = Toolbox::new(&site.tools)?;
+        sites.insert(
+            site.id.clone(),
+            Arc::new(Site {
+                config: site.clone(),
+                tools,
+            }),
+        );
+    }
+    Ok(Arc::new(AppState {
+        config,
+        sites,
+        store,
+        keys,
+        clock,
+        provider,
+        executor: Executor::new()?,
+        turns: TaskTracker::new(),
+    }))
+}
+
+pub fn router(app: App) -> Router {
+    let request_id = HeaderName::from_static("x-request-id");
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(crate::visitor::router())
+        .merge(crate::ask::router())
+        .merge(crate::conversation::router())
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(cors(&app))
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::extract::Request| {
+            let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+        }))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .with_state(app)
+}
+
+/// Preflights are answered only for origins some site lists, never with a wildcard.
+fn cors(app: &App) -> CorsLayer {
+    let allowed: Vec<String> = app
+        .sites
+        .values()
+        .flat_map(|s| s.config.origins.clone())
+        .collect();
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(move |origin, _| {
+            origin
+                .to_str()
+                .is_ok_and(|o| allowed.iter().any(|a| a == o))
+        }))
+        .allow_methods([Method::GET, Method::POST])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+        .expose_headers([header::RETRY_AFTER])
+        .max_age(Duration::from_secs(600))
+}
+
+async fn healthz(
+    axum::extract::State(app): axum::extract::State<App>,
+) -> Result<axum::Json<serde_json::Value>, crate::error::ApiError> {
+    app.store.ping().await?;
+    Ok(axum::Json(serde_json::json!({"status": "ok"})))
+}
+
+/// Serves until `shutdown` resolves, then waits (bounded) for running turns so that
+/// answers in progress are finished and saved.
+pub async fn serve(
+    app: App,
+    router: Router,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let sweeper = tokio::spawn(crate::confirm::expiry::sweep_forever(app.clone()));
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await?;
+    sweeper.abort();
+    app.turns.close();
+    if tokio::time::timeout(Duration::from_secs(30), app.turns.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some turns were still running after 30 seconds and were stopped");
+    }
+    Ok(())
+}

@@ -1,0 +1,267 @@
+//! What happens to the tool calls of one model response (SPEC §6 step 3): refusals,
+//! auto calls, and the one card a turn may raise.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::turn::{Bubble, Turn, audit_outcome};
+use crate::config::Policy;
+use crate::confirm::sign;
+use crate::ids::new_id;
+use crate::llm::{ChatMessage, ToolCall};
+use crate::store::{AuditRow, CallRow, CallStatus};
+use crate::tools::{Tool, render};
+use crate::wire::StreamEvent;
+
+/// How one call of the response is to be handled.
+enum Plan {
+    Refuse { reason: &'static str, tell: String },
+    Auto(Arc<Tool>, Value),
+    Card(Arc<Tool>, Value),
+}
+
+impl Turn {
+    /// Handles the calls of one response. Auto calls run first, in order; then the
+    /// first confirm call (if this turn has not shown a card yet) becomes the card.
+    /// Returns true when a card now stops the turn.
+    pub(super) async fn handle_calls(
+        &mut self,
+        messages: &mut Vec<ChatMessage>,
+        bubble: &Bubble,
+        calls: Vec<ToolCall>,
+    ) -> anyhow::Result<bool> {
+        let mut card: Option<(ToolCall, Arc<Tool>, Value)> = None;
+        for call in calls {
+            let result = match self.plan(&call, card.is_some()) {
+                Plan::Refuse { reason, tell } => {
+                    self.record_refusal(&call, bubble, reason).await?;
+                    tell
+                }
+                Plan::Auto(tool, args) => self.run_auto(&call, &tool, &args, bubble).await?,
+                Plan::Card(tool, args) => {
+                    card = Some((call, tool, args));
+                    continue;
+                }
+            };
+            messages.push(ChatMessage::Tool {
+                tool_call_id: call.id.clone(),
+                content: result,
+            });
+        }
+        let Some((call, tool, args)) = card else {
+            return Ok(false);
+        };
+        self.raise_card(messages, bubble, &call, &tool, &args)
+            .await?;
+        Ok(true)
+    }
+
+    fn plan(&self, call: &ToolCall, card_planned: bool) -> Plan {
+        let tool = self
+            .caller
+            .site
+            .tools
+            .get(&call.name)
+            .filter(|t| t.policy != Policy::Off);
+        let Some(tool) = tool.cloned() else {
+            return Plan::Refuse {
+                reason: "tool_off",
+                tell: format!(
+                    "Error: there is no tool named {:?} available. Do not call it again.",
+                    call.name
+                ),
+            };
+        };
+        let arguments = match parse_arguments(&call.arguments)
+            .and_then(|v| tool.check_arguments(&v).map(|_| v))
+        {
+            Ok(v) => v,
+            Err(why) => {
+                return Plan::Refuse {
+                    reason: "invalid_arguments",
+                    tell: format!("Error: the arguments do not fit the tool's input schema: {why}"),
+                };
+            }
+        };
+        match tool.policy {
+            Policy::Auto => Plan::Auto(tool, arguments),
+            Policy::Confirm if self.card_raised || card_planned => Plan::Refuse {
+                reason: "one_per_turn",
+                tell: "Not run: only one confirmation is possible per turn. Tell the visitor to ask for this \
+                       separately once the current request is settled."
+                    .into(),
+            },
+            Policy::Confirm => Plan::Card(tool, arguments),
+            Policy::Off => unreachable!("off tools were filtered above"),
+        }
+    }
+
+    fn call_row(
+        &self,
+        call: &ToolCall,
+        bubble: &Bubble,
+        tool: Option<&Tool>,
+        arguments: String,
+        kind: &str,
+        status: CallStatus,
+    ) -> CallRow {
+        CallRow {
+            id: new_id("call"),
+            model_call_id: call.id.clone(),
+            conversation: self.conversation.clone(),
+            message: bubble.id.clone(),
+            turn: self.turn.clone(),
+            site: self.caller.site.config.id.clone(),
+            visitor: self.caller.visitor.clone(),
+            tool: call.name.clone(),
+            label: tool
+                .map(|t| t.label.clone())
+                .unwrap_or_else(|| call.name.clone()),
+            policy: tool.map(|t| t.policy.as_str()).unwrap_or("off").into(),
+            kind: kind.into(),
+            arguments,
+            status: status.as_str().into(),
+            created_at: self.app.clock.now_ms(),
+            ..CallRow::default()
+        }
+    }
+
+    async fn record_refusal(
+        &self,
+        call: &ToolCall,
+        bubble: &Bubble,
+        reason: &'static str,
+    ) -> anyhow::Result<()> {
+        let tool = self.caller.site.tools.get(&call.name).map(Arc::as_ref);
+        let kind = if tool.is_some_and(|t| t.policy == Policy::Confirm) {
+            "confirmation"
+        } else {
+            "auto"
+        };
+        let row = self.call_row(
+            call,
+            bubble,
+            tool,
+            audit_arguments(&call.arguments),
+            kind,
+            CallStatus::Refused,
+        );
+        let now = self.app.clock.now_ms();
+        let audit = [
+            AuditRow::for_call(&row, "requested", None, now),
+            AuditRow::for_call(&row, "refused", Some(reason), now),
+        ];
+        tracing::info!(tool = %call.name, reason, "tool call refused");
+        self.app.store.insert_call(&row, &audit).await
+    }
+
+    async fn run_auto(
+        &self,
+        call: &ToolCall,
+        tool: &Tool,
+        arguments: &Value,
+        bubble: &Bubble,
+    ) -> anyhow::Result<String> {
+        let row = self.call_row(
+            call,
+            bubble,
+            Some(tool),
+            canonical(arguments)?,
+            "auto",
+            CallStatus::Running,
+        );
+        let requested = AuditRow::for_call(&row, "requested", None, row.created_at);
+        self.app.store.insert_call(&row, &[requested]).await?;
+        let step = |status| StreamEvent::Step {
+            call: row.id.clone(),
+            tool: tool.name.clone(),
+            label: tool.label.clone(),
+            status,
+        };
+        self.sink.send(step("running")).await;
+        let outcome = self
+            .app
+            .executor
+            .run(tool, &self.invocation(&row.id, arguments))
+            .await;
+        let status = if outcome.succeeded {
+            CallStatus::Succeeded
+        } else {
+            CallStatus::Failed
+        };
+        let audit = audit_outcome(&row, &outcome, self.app.clock.now_ms());
+        self.app
+            .store
+            .finish_auto_call(&row.id, status, &audit)
+            .await?;
+        self.sink.send(step(status.as_str())).await;
+        Ok(outcome.result)
+    }
+
+    /// Stores the call as pending — canonical arguments, rendered lines, expiry,
+    /// signature and the transcript to resume from — and shows the card.
+    async fn raise_card(
+        &mut self,
+        messages: &[ChatMessage],
+        bubble: &Bubble,
+        call: &ToolCall,
+        tool: &Tool,
+        arguments: &Value,
+    ) -> anyhow::Result<()> {
+        let lines = render::render(&tool.schema, arguments);
+        let now = self.app.clock.now_ms();
+        let ttl = self.app.config.approval_ttl.as_millis() as i64;
+        let mut row = self.call_row(
+            call,
+            bubble,
+            Some(tool),
+            canonical(arguments)?,
+            "confirmation",
+            CallStatus::Pending,
+        );
+        row.lines = Some(serde_json::to_string(&lines)?);
+        row.config_digest = Some(tool.digest.clone());
+        row.expires_at = Some(now + ttl);
+        // The system prompt is rebuilt for the continuation, so it is not stored.
+        let transcript: Vec<&ChatMessage> = messages
+            .iter()
+            .filter(|m| !matches!(m, ChatMessage::System { .. }))
+            .collect();
+        row.context = Some(serde_json::to_string(&transcript)?);
+        let signature = sign::sign(&self.app.keys.confirmations, &row);
+        row.signature = Some(signature.clone());
+        let requested = AuditRow::for_call(&row, "requested", None, now);
+        self.app.store.insert_call(&row, &[requested]).await?;
+        self.card_raised = true;
+        self.sink
+            .send(StreamEvent::Confirm {
+                call: row.id.clone(),
+                tool: tool.name.clone(),
+                label: tool.label.clone(),
+                arguments: lines,
+                expires_at: crate::clock::rfc3339(now + ttl),
+                signature,
+            })
+            .await;
+        Ok(())
+    }
+}
+
+fn parse_arguments(raw: &str) -> Result<Value, String> {
+    let raw = if raw.trim().is_empty() { "{}" } else { raw };
+    serde_json::from_str(raw).map_err(|e| format!("the arguments are not valid JSON ({e})"))
+}
+
+fn canonical(value: &Value) -> anyhow::Result<String> {
+    Ok(serde_json_canonicalizer::to_string(value)?)
+}
+
+/// Arguments for the audit row of a refused call: canonical when they parse, else the
+/// raw text as a JSON string, so the row always holds valid JSON.
+fn audit_arguments(raw: &str) -> String {
+    match parse_arguments(raw) {
+        Ok(v) => canonical(&v).unwrap_or_else(|_| "null".into()),
+        Err(_) => Value::String(raw.chars().take(4096).collect()).to_string(),
+    }
+}

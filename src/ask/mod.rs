@@ -1,0 +1,97 @@
+//! `POST /v1/ask` (SPEC §5): a new question, or the answer to a confirmation card.
+//!
+//! The handler runs the guards and every check that can refuse the request, then
+//! hands the turn to a task that outlives the request (a visitor who leaves does
+//! not lose the answer). It answers with JSON errors until the task says the stream
+//! has started, and with the event stream after.
+
+mod calls;
+mod prompt;
+mod sink;
+mod turn;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use tokio::sync::oneshot;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
+
+use crate::app::App;
+use crate::error::{ApiError, RawBody};
+use crate::wire::{AskBody, AskRequest};
+use crate::{confirm, guard, ids};
+
+pub use sink::Sink;
+pub use turn::Turn;
+
+pub fn router() -> Router<App> {
+    Router::new().route("/v1/ask", post(ask))
+}
+
+/// How the turn task tells the handler whether the stream has started.
+pub type Ready = oneshot::Sender<Result<(), ApiError>>;
+
+async fn ask(
+    State(app): State<App>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let caller = guard::admit(&app, &headers)?;
+    let body: AskBody =
+        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    let request = AskRequest::from_body(body).map_err(ApiError::InvalidRequest)?;
+    let (sink, events) = Sink::channel();
+    let (ready, started) = oneshot::channel();
+    match request {
+        AskRequest::Question {
+            conversation,
+            message,
+        } => {
+            let limit = caller.site.config.limits.max_message_chars;
+            if message.chars().count() > limit {
+                return Err(ApiError::MessageTooLong(limit));
+            }
+            if let Some(id) = &conversation {
+                let owner = match ids::is_valid("c", id) {
+                    true => app.store.conversation_owner(id).await?,
+                    false => None,
+                };
+                if owner.is_none_or(|(site, visitor)| {
+                    site != caller.site.config.id || visitor != caller.visitor
+                }) {
+                    return Err(ApiError::ConversationNotFound);
+                }
+            }
+            let span = tracing::info_span!("turn", site = %caller.site.config.id);
+            let turn = Turn::new(app.clone(), caller, sink, ready);
+            app.turns
+                .spawn(turn.question(conversation, message).instrument(span));
+        }
+        AskRequest::Answer {
+            conversation,
+            call,
+            decision,
+            signature,
+        } => {
+            let verified =
+                confirm::verify_answer(&app, &caller, &conversation, &call, &signature).await?;
+            let span = tracing::info_span!("turn", site = %caller.site.config.id, call = %verified.call.id);
+            let turn = Turn::new(app.clone(), caller, sink, ready);
+            app.turns
+                .spawn(turn.answer(verified, decision).instrument(span));
+        }
+    }
+    match started.await {
+        Ok(Ok(())) => Ok(Sse::new(ReceiverStream::new(events))
+            .keep_alive(KeepAlive::default())
+            .into_response()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ApiError::Internal(anyhow::anyhow!(
+            "the turn ended before its stream started"
+        ))),
+    }
+}

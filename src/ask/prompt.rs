@@ -1,0 +1,59 @@
+//! What the model is told: the site's instructions, the house rules of a turn, and
+//! the conversation so far.
+
+use crate::config::SiteConfig;
+use crate::llm::ChatMessage;
+use crate::store::Store;
+
+/// How many earlier messages of the conversation the model sees.
+const HISTORY_MESSAGES: usize = 20;
+
+pub enum Part {
+    /// The visitor asked something.
+    Question,
+    /// The visitor answered a confirmation card; the turn resumes.
+    Continuation,
+}
+
+pub fn system(site: &SiteConfig, part: Part) -> ChatMessage {
+    let mut text = String::new();
+    if !site.instructions.trim().is_empty() {
+        text.push_str(site.instructions.trim());
+        text.push_str("\n\n");
+    }
+    text.push_str(&format!(
+        "You are the assistant of {}. Answer briefly and truthfully. Use the tools when they help; \
+         some tools run only after the visitor confirms the exact call on a card.",
+        if site.name.is_empty() {
+            &site.id
+        } else {
+            &site.name
+        }
+    ));
+    if let Part::Continuation = part {
+        text.push_str(
+            "\n\nThe visitor has answered the confirmation card. Tool results are numbered sources: \
+             when you use one, cite it as [n]. Do not cite anything else.",
+        );
+    }
+    ChatMessage::System { content: text }
+}
+
+/// The earlier messages of a conversation as model messages.
+pub async fn history(store: &Store, conversation: &str) -> anyhow::Result<Vec<ChatMessage>> {
+    let rows = store.messages(conversation).await?;
+    let start = rows.len().saturating_sub(HISTORY_MESSAGES);
+    Ok(rows[start..]
+        .iter()
+        .filter(|m| !m.text.is_empty())
+        .map(|m| match m.role.as_str() {
+            "visitor" => ChatMessage::User {
+                content: m.text.clone(),
+            },
+            _ => ChatMessage::Assistant {
+                content: m.text.clone(),
+                tool_calls: Vec::new(),
+            },
+        })
+        .collect())
+}

@@ -1,0 +1,466 @@
+//! The turn engine (SPEC §6): model rounds, tool calls, the card that stops a turn,
+//! and the continuation after the visitor answers it.
+
+use futures_util::StreamExt;
+
+use super::prompt::{self, Part};
+use super::{Ready, Sink};
+use crate::app::App;
+use crate::confirm::Verified;
+use crate::error::ApiError;
+use crate::guard::Caller;
+use crate::ids::new_id;
+use crate::llm::{ChatMessage, ChatRequest, ModelEvent, ModelStream, ProviderError};
+use crate::store::{AuditRow, CallStatus, MessageRow};
+use crate::tools::http::Invocation;
+use crate::wire::{Citation, Decision, StreamEvent, TurnStatus, Usage};
+
+/// At most this many model responses per turn; the last is offered no tools, so it
+/// must answer in words.
+pub const MAX_ROUNDS: usize = 8;
+
+/// Why a turn stopped early.
+pub(super) enum Stop {
+    Provider(ProviderError),
+    Internal(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Stop {
+    fn from(e: anyhow::Error) -> Self {
+        Stop::Internal(e)
+    }
+}
+
+/// One assistant message (a bubble) as it is being written.
+pub(super) struct Bubble {
+    pub id: String,
+    pub text: String,
+}
+
+pub struct Turn {
+    pub(super) app: App,
+    pub(super) caller: Caller,
+    pub(super) sink: Sink,
+    ready: Option<Ready>,
+    pub(super) conversation: String,
+    pub(super) turn: String,
+    usage: Usage,
+    /// Set once this turn has shown its one card (or is the continuation of one).
+    pub(super) card_raised: bool,
+    /// A tool the visitor declined: it is not offered again in this turn.
+    withheld: Option<String>,
+    /// Numbered sources the answer may cite.
+    sources: Vec<Citation>,
+}
+
+impl Turn {
+    pub fn new(app: App, caller: Caller, sink: Sink, ready: Ready) -> Self {
+        Self {
+            app,
+            caller,
+            sink,
+            ready: Some(ready),
+            conversation: String::new(),
+            turn: new_id("t"),
+            usage: Usage::ZERO,
+            card_raised: false,
+            withheld: None,
+            sources: Vec::new(),
+        }
+    }
+
+    /// A new question: save it, reach the model, stream the answer.
+    pub async fn question(mut self, conversation: Option<String>, message: String) {
+        if let Err(e) = self.run_question(conversation, message).await {
+            self.abort(e).await;
+        }
+    }
+
+    /// The answer to a card whose checks passed.
+    pub async fn answer(mut self, verified: Verified, decision: Decision) {
+        if let Err(e) = self.run_answer(verified, decision).await {
+            self.abort(e).await;
+        }
+    }
+
+    async fn run_question(
+        &mut self,
+        conversation: Option<String>,
+        message: String,
+    ) -> anyhow::Result<()> {
+        let store = self.app.store.clone();
+        let now = self.app.clock.now_ms();
+        let site = self.caller.site.clone();
+        self.conversation = match conversation {
+            Some(id) => {
+                store.expire_due(now, Some(&id)).await?;
+                store.supersede_pending(&id, now).await?;
+                id
+            }
+            None => {
+                let id = new_id("c");
+                store
+                    .create_conversation(&id, &site.config.id, &self.caller.visitor, now)
+                    .await?;
+                id
+            }
+        };
+        tracing::info!(conversation = %self.conversation, turn = %self.turn, "question");
+        let history = prompt::history(&store, &self.conversation).await?;
+        store
+            .insert_message(&self.message_row(new_id("m"), "visitor", &message, "sent"))
+            .await?;
+        let mut messages = vec![prompt::system(&site.config, Part::Question)];
+        messages.extend(history);
+        messages.push(ChatMessage::User { content: message });
+        let first = match self.app.provider.stream(self.request(&messages, 0)).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "the model could not be reached");
+                store
+                    .insert_message(&self.message_row(new_id("m"), "assistant", "", "failed"))
+                    .await?;
+                self.start(Err(ApiError::ProviderUnavailable));
+                return Ok(());
+            }
+        };
+        self.start(Ok(()));
+        let mut bubble = self.open_bubble().await?;
+        let status = self.rounds(messages, &mut bubble, Some(first)).await;
+        self.close(bubble, status).await
+    }
+
+    async fn run_answer(&mut self, verified: Verified, decision: Decision) -> anyhow::Result<()> {
+        let Verified { call, tool } = verified;
+        let now = self.app.clock.now_ms();
+        let (to, reason) = match decision {
+            Decision::Confirm => (CallStatus::Confirmed, None),
+            Decision::Cancel => (CallStatus::Cancelled, Some("visitor")),
+        };
+        // The one atomic pending → decided transition: of two racing answers, only
+        // one gets past this line.
+        if !self.app.store.decide(&call, to, reason, now).await? {
+            crate::confirm::refuse(&self.app, &call, "replayed").await?;
+            self.start(Err(ApiError::CallNotPending));
+            return Ok(());
+        }
+        self.start(Ok(()));
+        self.conversation = call.conversation.clone();
+        self.turn = call.turn.clone();
+        self.card_raised = true;
+        self.sink
+            .send(StreamEvent::Decision {
+                call: call.id.clone(),
+                status: to.as_str(),
+            })
+            .await;
+        let mut messages = vec![prompt::system(&self.caller.site.config, Part::Continuation)];
+        let context: Vec<ChatMessage> =
+            serde_json::from_str(call.context.as_deref().unwrap_or("[]"))?;
+        messages.extend(context);
+        let mut bubble = self.open_bubble().await?;
+        let result = match decision {
+            Decision::Confirm => {
+                let arguments: serde_json::Value = serde_json::from_str(&call.arguments)?;
+                let outcome = self.execute(&call, &tool, &arguments, &bubble.id).await?;
+                self.sources.push(Citation {
+                    n: 1,
+                    title: tool.label.clone(),
+                    url: None,
+                    snippet: snippet(&outcome),
+                });
+                format!("[1] {outcome}")
+            }
+            Decision::Cancel => {
+                self.withheld = Some(call.tool.clone());
+                "The visitor did not approve this call, so it did not run. Do not try this call or tool again \
+                 in this turn; answer without it."
+                    .to_string()
+            }
+        };
+        messages.push(ChatMessage::Tool {
+            tool_call_id: call.model_call_id.clone(),
+            content: result,
+        });
+        let status = self.rounds(messages, &mut bubble, None).await;
+        self.close(bubble, status).await
+    }
+
+    /// Model rounds until the model answers without tool calls, a card stops the
+    /// turn, or something fails.
+    async fn rounds(
+        &mut self,
+        mut messages: Vec<ChatMessage>,
+        bubble: &mut Bubble,
+        mut first: Option<ModelStream>,
+    ) -> TurnStatus {
+        for round in 0..MAX_ROUNDS {
+            let stream = match first.take() {
+                Some(stream) => Ok(stream),
+                None => {
+                    self.app
+                        .provider
+                        .stream(self.request(&messages, round))
+                        .await
+                }
+            };
+            let outcome = match stream {
+                Ok(stream) => self.consume(stream, bubble).await,
+                Err(e) => Err(Stop::Provider(e)),
+            };
+            let (text, calls) = match outcome {
+                Ok(result) => result,
+                Err(stop) => return self.stopped(stop).await,
+            };
+            if calls.is_empty() || round + 1 == MAX_ROUNDS {
+                return TurnStatus::Answered;
+            }
+            messages.push(ChatMessage::Assistant {
+                content: text,
+                tool_calls: calls.clone(),
+            });
+            match self.handle_calls(&mut messages, bubble, calls).await {
+                Ok(true) => return TurnStatus::AwaitingConfirmation,
+                Ok(false) => {}
+                Err(e) => return self.stopped(Stop::Internal(e)).await,
+            }
+        }
+        TurnStatus::Answered
+    }
+
+    /// Streams one model response into the bubble; returns its text and tool calls.
+    async fn consume(
+        &mut self,
+        mut stream: ModelStream,
+        bubble: &mut Bubble,
+    ) -> Result<(String, Vec<crate::llm::ToolCall>), Stop> {
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        while let Some(event) = stream.next().await {
+            match event.map_err(Stop::Provider)? {
+                ModelEvent::Text(delta) => {
+                    text.push_str(&delta);
+                    bubble.text.push_str(&delta);
+                    self.sink.send(StreamEvent::Delta { text: delta }).await;
+                }
+                ModelEvent::ToolCalls(c) => calls = c,
+                ModelEvent::Usage(u) => self.usage.add(u),
+            }
+        }
+        Ok((text, calls))
+    }
+
+    fn request(&self, messages: &[ChatMessage], round: usize) -> ChatRequest {
+        let tools = if round + 1 < MAX_ROUNDS {
+            self.caller.site.tools.offered(self.withheld.as_deref())
+        } else {
+            Vec::new()
+        };
+        ChatRequest {
+            messages: messages.to_vec(),
+            tools,
+            max_tokens: self.app.config.llm.max_output_tokens,
+        }
+    }
+
+    /// Runs a confirmed call with exactly its stored arguments and records the run.
+    async fn execute(
+        &self,
+        call: &crate::store::CallRow,
+        tool: &crate::tools::Tool,
+        arguments: &serde_json::Value,
+        message: &str,
+    ) -> anyhow::Result<String> {
+        let step = |status| StreamEvent::Step {
+            call: call.id.clone(),
+            tool: tool.name.clone(),
+            label: tool.label.clone(),
+            status,
+        };
+        self.sink.send(step("running")).await;
+        let outcome = self
+            .app
+            .executor
+            .run(tool, &self.invocation(&call.id, arguments))
+            .await;
+        let status = if outcome.succeeded {
+            CallStatus::Succeeded
+        } else {
+            CallStatus::Failed
+        };
+        let audit = audit_outcome(call, &outcome, self.app.clock.now_ms());
+        self.app
+            .store
+            .set_run(&call.id, message, status, Some(&audit))
+            .await?;
+        self.sink.send(step(status.as_str())).await;
+        Ok(outcome.result)
+    }
+
+    pub(super) fn invocation<'a>(
+        &'a self,
+        call: &'a str,
+        arguments: &'a serde_json::Value,
+    ) -> Invocation<'a> {
+        Invocation {
+            call,
+            arguments,
+            site: &self.caller.site.config.id,
+            conversation: &self.conversation,
+            visitor: &self.caller.visitor,
+            user_id: self.caller.user_id.as_deref(),
+            unix_seconds: self.app.clock.now_ms() / 1000,
+        }
+    }
+
+    /// Tells the handler how the start went; only the first word counts.
+    fn start(&mut self, result: Result<(), ApiError>) {
+        if let Some(ready) = self.ready.take() {
+            let _ = ready.send(result);
+        }
+    }
+
+    pub(super) fn message_row(
+        &self,
+        id: String,
+        role: &str,
+        text: &str,
+        status: &str,
+    ) -> MessageRow {
+        MessageRow {
+            id,
+            conversation: self.conversation.clone(),
+            turn: self.turn.clone(),
+            role: role.into(),
+            text: text.into(),
+            status: status.into(),
+            citations: None,
+            created_at: self.app.clock.now_ms(),
+        }
+    }
+
+    /// Starts a new assistant bubble: saved as streaming, announced with `turn`.
+    async fn open_bubble(&self) -> anyhow::Result<Bubble> {
+        let id = new_id("m");
+        let row = self.message_row(id.clone(), "assistant", "", crate::store::STREAMING);
+        self.app.store.insert_message(&row).await?;
+        self.sink
+            .send(StreamEvent::Turn {
+                conversation: self.conversation.clone(),
+                turn: self.turn.clone(),
+                message: id.clone(),
+            })
+            .await;
+        Ok(Bubble {
+            id,
+            text: String::new(),
+        })
+    }
+
+    async fn stopped(&self, stop: Stop) -> TurnStatus {
+        let (code, message) = match stop {
+            Stop::Provider(e) => {
+                tracing::warn!(error = %e, "the model stream failed");
+                (
+                    "provider_error",
+                    "The assistant's model stopped answering. Please try again.",
+                )
+            }
+            Stop::Internal(e) => {
+                tracing::error!(error = format!("{e:#}"), "a turn failed");
+                (
+                    "internal_error",
+                    "Something went wrong on our side. Please try again.",
+                )
+            }
+        };
+        self.sink
+            .send(StreamEvent::Error {
+                code,
+                message: message.into(),
+            })
+            .await;
+        TurnStatus::Failed
+    }
+
+    /// Saves the bubble with its citations and usage, then ends the stream.
+    async fn close(&mut self, bubble: Bubble, status: TurnStatus) -> anyhow::Result<()> {
+        let cited = cited_sources(&bubble.text, &self.sources);
+        let citations = if cited.is_empty() {
+            None
+        } else {
+            Some(serde_json::to_string(&cited)?)
+        };
+        if !cited.is_empty() {
+            self.sink
+                .send(StreamEvent::Citations { items: cited })
+                .await;
+        }
+        self.app
+            .store
+            .finish_message(
+                &bubble.id,
+                &bubble.text,
+                status.as_str(),
+                citations.as_deref(),
+                self.usage,
+            )
+            .await?;
+        self.sink
+            .send(StreamEvent::Done {
+                status,
+                usage: self.usage,
+            })
+            .await;
+        Ok(())
+    }
+
+    /// An internal failure: before the stream started it is a 500; after, an error
+    /// event and a failed `done`.
+    async fn abort(&mut self, e: anyhow::Error) {
+        if self.ready.is_some() {
+            self.start(Err(ApiError::Internal(e)));
+            return;
+        }
+        let status = self.stopped(Stop::Internal(e)).await;
+        self.sink
+            .send(StreamEvent::Done {
+                status,
+                usage: self.usage,
+            })
+            .await;
+    }
+}
+
+pub(super) fn audit_outcome(
+    call: &crate::store::CallRow,
+    outcome: &crate::tools::http::Outcome,
+    now: i64,
+) -> AuditRow {
+    let (event, reason) = if outcome.succeeded {
+        ("executed", None)
+    } else {
+        ("failed", outcome.failure)
+    };
+    let mut row = AuditRow::for_call(call, event, reason, now);
+    row.http_status = outcome.http_status.map(i64::from);
+    row.duration_ms = Some(outcome.duration_ms);
+    row
+}
+
+fn snippet(text: &str) -> String {
+    let mut s: String = text.chars().take(200).collect();
+    if s.len() < text.len() {
+        s.push('…');
+    }
+    s
+}
+
+/// The sources whose `[n]` marker appears in the answer, in source order.
+fn cited_sources(text: &str, sources: &[Citation]) -> Vec<Citation> {
+    sources
+        .iter()
+        .filter(|s| text.contains(&format!("[{}]", s.n)))
+        .cloned()
+        .collect()
+}

@@ -1,0 +1,205 @@
+//! The command line (SPEC §13).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::audit::Format;
+use crate::config::{Config, Env};
+use crate::secret::MIN_SECRET_BYTES;
+
+#[derive(Parser)]
+#[command(name = "deskbell", version, about = "A self-hosted AI help desk")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the server.
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Runs a complete demo site on 127.0.0.1:8080.
+    Demo,
+    /// Validates a configuration and reports every problem.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Works with the audit table.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Writes the audit table out, oldest first, one row per line.
+    Export {
+        /// The configuration naming the database (default: the demo's data folder).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        site: Option<String>,
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: Format,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("deskbell: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let env = Env::from_process();
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve { config } => serve(config, &env).await,
+            Command::Demo => crate::demo::run(&env).await,
+            Command::Check { config } => check(config, &env),
+            Command::Audit {
+                command:
+                    AuditCommand::Export {
+                        config,
+                        site,
+                        format,
+                    },
+            } => export(config, site, format, &env).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("deskbell: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DESKBELL_LOG")
+        .unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Why `serve` cannot start with this secret, if it cannot.
+pub fn secret_problem(config: &Config) -> Option<String> {
+    match &config.secret {
+        None => Some(format!(
+            "BETTER_AUTH_SECRET is not set. Deskbell signs visitor tokens and confirmations with keys derived from it; \
+             set it to at least {MIN_SECRET_BYTES} random bytes, for example: export BETTER_AUTH_SECRET=$(openssl rand -hex 32)"
+        )),
+        Some(s) if s.len() < MIN_SECRET_BYTES => Some(format!(
+            "BETTER_AUTH_SECRET is {} bytes long; it must be at least {MIN_SECRET_BYTES} bytes",
+            s.len()
+        )),
+        Some(_) => None,
+    }
+}
+
+async fn serve(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
+    let config = match Config::load(&path, env) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if let Some(problem) = secret_problem(&config) {
+        eprintln!("deskbell: {problem}");
+        return Ok(ExitCode::from(2));
+    }
+    let bind = config.server.bind.clone();
+    let app = crate::app::build(config, Default::default()).await?;
+    let router = crate::app::router(app.clone());
+    let listener = tokio::net::TcpListener::bind(&bind).await?;
+    tracing::info!(addr = %listener.local_addr()?, "deskbell is serving");
+    crate::app::serve(app, router, listener, shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
+    let mut lines = Vec::new();
+    let config = match Config::load(&path, env) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            lines.push(e.to_string());
+            None
+        }
+    };
+    if let Some(problem) = config.as_ref().and_then(secret_problem) {
+        lines.push(format!("{}: BETTER_AUTH_SECRET: {problem}", path.display()));
+    }
+    match (config, lines.is_empty()) {
+        (Some(c), true) => {
+            let tools: usize = c.sites.iter().map(|s| s.tools.len()).sum();
+            println!(
+                "{}: ok ({} sites, {} tools)",
+                path.display(),
+                c.sites.len(),
+                tools
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => {
+            for line in lines {
+                eprintln!("{line}");
+            }
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+async fn export(
+    path: Option<PathBuf>,
+    site: Option<String>,
+    format: Format,
+    env: &Env,
+) -> anyhow::Result<ExitCode> {
+    let url = match (env.get("DESKBELL_DATABASE_URL"), path) {
+        (Some(url), _) => url.to_string(),
+        (None, Some(path)) => Config::load_unchecked(&path)?.server.database_url(),
+        (None, None) => Config::demo_database_url(),
+    };
+    let store = crate::store::Store::connect(&url).await?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    crate::audit::export(&store, site.as_deref(), format, &mut out).await?;
+    std::io::Write::flush(&mut out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down; finishing answers in progress");
+}

@@ -1,0 +1,312 @@
+//! The configuration file of SPEC §12, its environment overrides and its checks.
+//!
+//! Loading is split in two on purpose: `parse` turns TOML into typed values (unknown
+//! keys are errors, reported with their path), and `validate` collects *every*
+//! semantic problem so that `deskbell check` can report them all at once.
+
+mod env;
+mod validate;
+
+pub use env::Env;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::secret::Secret;
+
+/// A problem found in a configuration: where it is and why it is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub key: String,
+    pub reason: String,
+}
+
+/// Every problem of one configuration file, printable as one line per problem.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub file: String,
+    pub problems: Vec<Problem>,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}: {}: {}", self.file, p.key, p.reason)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub llm: LlmConfig,
+    #[serde(default, rename = "site")]
+    pub sites: Vec<SiteConfig>,
+    /// The master secret, from `BETTER_AUTH_SECRET` only (never from the file).
+    #[serde(skip)]
+    pub secret: Option<Secret>,
+    /// How long a confirmation card stays answerable.
+    #[serde(skip, default = "default_ttl")]
+    pub approval_ttl: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub bind: String,
+    pub data_dir: PathBuf,
+    pub database_url: Option<String>,
+    pub trusted_proxies: Vec<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            bind: "127.0.0.1:8080".into(),
+            data_dir: PathBuf::from("./deskbell-data"),
+            database_url: None,
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The database URL, defaulting to a SQLite file in the data folder.
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(url) => url.clone(),
+            None => format!("sqlite://{}", self.data_dir.join("deskbell.db").display()),
+        }
+    }
+
+    pub fn bind_addr(&self) -> Option<SocketAddr> {
+        self.bind.parse().ok()
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmConfig {
+    pub provider: String,
+    pub base_url: String,
+    pub model: String,
+    pub api_key_env: String,
+    pub max_output_tokens: u32,
+    /// Seconds to wait for the provider to accept a connection (an extension of §12).
+    pub connect_timeout_s: f64,
+    /// Seconds to wait for the next streamed chunk before the stream counts as stalled.
+    pub idle_timeout_s: f64,
+    /// How often a transient failure is retried before the first token.
+    pub max_retries: u32,
+    #[serde(skip)]
+    pub api_key: Option<Secret>,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self {
+            provider: "openai".into(),
+            base_url: "https://api.openai.com/v1".into(),
+            model: "gpt-4o-mini".into(),
+            api_key_env: "OPENAI_API_KEY".into(),
+            max_output_tokens: 1024,
+            connect_timeout_s: 10.0,
+            idle_timeout_s: 60.0,
+            max_retries: 2,
+            api_key: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteConfig {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub origins: Vec<String>,
+    #[serde(default)]
+    pub instructions: String,
+    #[serde(default)]
+    pub knowledge: Vec<String>,
+    pub identity_secret_env: Option<String>,
+    #[serde(default)]
+    pub require_verified_identity: bool,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default, rename = "tool")]
+    pub tools: Vec<ToolConfig>,
+    #[serde(skip)]
+    pub identity_secret: Option<Secret>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub requests_per_minute: u32,
+    pub requests_per_minute_per_ip: u32,
+    pub daily_token_budget: u64,
+    pub concurrent_streams_per_visitor: u32,
+    pub concurrent_streams: u32,
+    pub max_message_chars: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            requests_per_minute: 20,
+            requests_per_minute_per_ip: 60,
+            daily_token_budget: 1_000_000,
+            concurrent_streams_per_visitor: 2,
+            concurrent_streams: 200,
+            max_message_chars: 4000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    Off,
+    Auto,
+    Confirm,
+}
+
+impl Policy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Off => "off",
+            Policy::Auto => "auto",
+            Policy::Confirm => "confirm",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolConfig {
+    pub name: String,
+    pub label: String,
+    #[serde(default)]
+    pub description: String,
+    pub policy: Policy,
+    pub url: String,
+    #[serde(default = "default_tool_timeout")]
+    pub timeout_s: f64,
+    pub secret_env: Option<String>,
+    #[serde(default = "empty_object_schema")]
+    pub input_schema: serde_json::Value,
+    #[serde(skip)]
+    pub secret: Option<Secret>,
+}
+
+fn default_tool_timeout() -> f64 {
+    10.0
+}
+
+fn empty_object_schema() -> serde_json::Value {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
+fn default_ttl() -> Duration {
+    Duration::from_secs(600)
+}
+
+impl Config {
+    /// Reads, parses and validates a configuration file with the given environment.
+    pub fn load(path: &Path, env: &Env) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            problems: vec![Problem {
+                key: "(file)".into(),
+                reason: format!("cannot be read: {e}"),
+            }],
+        })?;
+        Self::from_toml(&text, &file, env)
+    }
+
+    /// Parses and validates configuration text; `file` only names it in errors.
+    pub fn from_toml(text: &str, file: &str, env: &Env) -> Result<Config, ConfigError> {
+        let config = parse(text).map_err(|problem| ConfigError {
+            file: file.into(),
+            problems: vec![problem],
+        })?;
+        config.finish(file, env)
+    }
+
+    /// Applies the environment, resolves secrets and runs every check.
+    pub fn finish(mut self, file: &str, env: &Env) -> Result<Config, ConfigError> {
+        let mut problems = env::apply(&mut self, env);
+        problems.extend(validate::check(&self));
+        if problems.is_empty() {
+            Ok(self)
+        } else {
+            Err(ConfigError {
+                file: file.into(),
+                problems,
+            })
+        }
+    }
+
+    /// Parses a file without applying the environment or running checks, for commands
+    /// that only need to find the database.
+    pub fn load_unchecked(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            problems: vec![Problem {
+                key: "(file)".into(),
+                reason: format!("cannot be read: {e}"),
+            }],
+        })?;
+        parse(&text).map_err(|problem| ConfigError {
+            file,
+            problems: vec![problem],
+        })
+    }
+
+    /// Where `deskbell demo` keeps its database.
+    pub fn demo_database_url() -> String {
+        ServerConfig::default().database_url()
+    }
+
+    pub fn site(&self, id: &str) -> Option<&SiteConfig> {
+        self.sites.iter().find(|s| s.id == id)
+    }
+}
+
+fn parse(text: &str) -> Result<Config, Problem> {
+    let de = toml::Deserializer::parse(text).map_err(|e| Problem {
+        key: "(syntax)".into(),
+        reason: e.to_string().trim().replace('\n', " "),
+    })?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let key = if path == "." {
+            "(top level)".into()
+        } else {
+            path
+        };
+        Problem {
+            key,
+            reason: e.into_inner().message().trim().to_string(),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;

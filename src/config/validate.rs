@@ -1,0 +1,208 @@
+//! Semantic checks of a parsed configuration. Each check adds a `Problem` instead of
+//! stopping, so that `deskbell check` reports every problem in one run.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use super::{Config, Problem, SiteConfig, ToolConfig};
+
+pub(super) fn check(config: &Config) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let add = |out: &mut Vec<Problem>, key: String, reason: &str| {
+        out.push(Problem {
+            key,
+            reason: reason.into(),
+        })
+    };
+    if config.server.bind_addr().is_none() {
+        add(
+            &mut out,
+            "server.bind".into(),
+            "must be an address and port such as 127.0.0.1:8080",
+        );
+    }
+    let url = config.server.database_url();
+    if !(url.starts_with("sqlite:")
+        || url.starts_with("postgres:")
+        || url.starts_with("postgresql:"))
+    {
+        add(
+            &mut out,
+            "server.database_url".into(),
+            "must start with sqlite:// or postgres://",
+        );
+    }
+    for (i, proxy) in config.server.trusted_proxies.iter().enumerate() {
+        if proxy.parse::<IpAddr>().is_err() {
+            add(
+                &mut out,
+                format!("server.trusted_proxies[{i}]"),
+                "must be an IP address",
+            );
+        }
+    }
+    if config.llm.provider != "openai" {
+        add(
+            &mut out,
+            "llm.provider".into(),
+            "must be \"openai\" (any OpenAI-compatible API)",
+        );
+    }
+    if !is_http_url(&config.llm.base_url) {
+        add(
+            &mut out,
+            "llm.base_url".into(),
+            "must be an http:// or https:// URL",
+        );
+    }
+    if config.llm.max_output_tokens == 0 {
+        add(
+            &mut out,
+            "llm.max_output_tokens".into(),
+            "must be at least 1",
+        );
+    }
+    if !(config.llm.connect_timeout_s > 0.0 && config.llm.idle_timeout_s > 0.0) {
+        add(
+            &mut out,
+            "llm".into(),
+            "timeouts must be positive numbers of seconds",
+        );
+    }
+    if config.sites.is_empty() {
+        add(&mut out, "site".into(), "at least one [[site]] is needed");
+    }
+    let mut ids = HashSet::new();
+    for (i, site) in config.sites.iter().enumerate() {
+        if !ids.insert(site.id.as_str()) {
+            add(&mut out, format!("site[{i}].id"), "is used by another site");
+        }
+        check_site(&format!("site[{i}]"), site, &mut out);
+    }
+    out
+}
+
+fn check_site(at: &str, site: &SiteConfig, out: &mut Vec<Problem>) {
+    let add =
+        |out: &mut Vec<Problem>, key: String, reason: String| out.push(Problem { key, reason });
+    if !is_identifier(&site.id) {
+        add(
+            out,
+            format!("{at}.id"),
+            "must be 1-64 letters, digits, '-' or '_'".into(),
+        );
+    }
+    for (j, origin) in site.origins.iter().enumerate() {
+        if let Err(reason) = check_origin(origin) {
+            add(out, format!("{at}.origins[{j}]"), reason);
+        }
+    }
+    if site.require_verified_identity && site.identity_secret_env.is_none() {
+        add(
+            out,
+            format!("{at}.require_verified_identity"),
+            "needs identity_secret_env to verify visitors".into(),
+        );
+    }
+    let l = &site.limits;
+    let counts = [
+        ("requests_per_minute", l.requests_per_minute as u64),
+        (
+            "requests_per_minute_per_ip",
+            l.requests_per_minute_per_ip as u64,
+        ),
+        ("daily_token_budget", l.daily_token_budget),
+        (
+            "concurrent_streams_per_visitor",
+            l.concurrent_streams_per_visitor as u64,
+        ),
+        ("concurrent_streams", l.concurrent_streams as u64),
+        ("max_message_chars", l.max_message_chars as u64),
+    ];
+    for (key, value) in counts {
+        if value == 0 {
+            add(
+                out,
+                format!("{at}.limits.{key}"),
+                "must be at least 1".into(),
+            );
+        }
+    }
+    let mut names = HashSet::new();
+    for (j, tool) in site.tools.iter().enumerate() {
+        let at = format!("{at}.tool[{j}]");
+        if !names.insert(tool.name.as_str()) {
+            add(
+                out,
+                format!("{at}.name"),
+                format!("{:?} is used by another tool of this site", tool.name),
+            );
+        }
+        for (key, reason) in check_tool(tool) {
+            add(out, format!("{at}.{key}"), reason);
+        }
+    }
+}
+
+fn check_tool(tool: &ToolConfig) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if !is_identifier(&tool.name) {
+        out.push(("name", "must be 1-64 letters, digits, '-' or '_'".into()));
+    }
+    if tool.label.trim().is_empty() {
+        out.push((
+            "label",
+            "must not be empty: visitors see it on the card".into(),
+        ));
+    }
+    if !is_http_url(&tool.url) {
+        out.push((
+            "url",
+            format!("{:?} is not an http:// or https:// URL", tool.url),
+        ));
+    }
+    if !(tool.timeout_s > 0.0 && tool.timeout_s <= 300.0) {
+        out.push((
+            "timeout_s",
+            "must be more than 0 and at most 300 seconds".into(),
+        ));
+    }
+    if let Err(reason) = crate::tools::schema::check_schema(&tool.input_schema) {
+        out.push(("input_schema", reason));
+    }
+    out
+}
+
+fn is_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn is_http_url(s: &str) -> bool {
+    match reqwest::Url::parse(s) {
+        Ok(url) => matches!(url.scheme(), "http" | "https") && url.host().is_some(),
+        Err(_) => false,
+    }
+}
+
+/// An origin is a scheme, a host and an optional port: nothing else, no wildcard.
+fn check_origin(origin: &str) -> Result<(), String> {
+    let url = reqwest::Url::parse(origin)
+        .map_err(|_| format!("{origin:?} is not an origin such as https://shop.example"))?;
+    let bare = matches!(url.scheme(), "http" | "https")
+        && url.host().is_some()
+        && url.path() == "/"
+        && url.query().is_none()
+        && url.fragment().is_none()
+        && url.username().is_empty()
+        && !origin.ends_with('/');
+    if bare && !origin.contains('*') {
+        Ok(())
+    } else {
+        Err(format!(
+            "{origin:?} must be scheme://host[:port] with no path, such as https://shop.example"
+        ))
+    }
+}

@@ -1,0 +1,117 @@
+//! `GET /v1/conversations/{id}` (SPEC §11): the messages of a conversation with
+//! their citations and steps, so a reload shows everything and a pending card can
+//! still be answered until it expires.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::routing::get;
+use axum::{Json, Router};
+
+use crate::app::App;
+use crate::clock::rfc3339;
+use crate::error::ApiError;
+use crate::store::{CallRow, MessageRow};
+use crate::wire::{ArgLine, Citation, ConversationView, MessageView, StepView};
+use crate::{guard, ids};
+
+pub fn router() -> Router<App> {
+    Router::new().route("/v1/conversations/{id}", get(show))
+}
+
+async fn show(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<ConversationView>, ApiError> {
+    let caller = guard::admit(&app, &headers)?;
+    let owner = match ids::is_valid("c", &id) {
+        true => app.store.conversation_owner(&id).await?,
+        false => None,
+    };
+    // Another visitor's conversation looks exactly like a missing one.
+    if owner
+        .is_none_or(|(site, visitor)| site != caller.site.config.id || visitor != caller.visitor)
+    {
+        return Err(ApiError::ConversationNotFound);
+    }
+    app.store.expire_due(app.clock.now_ms(), Some(&id)).await?;
+    let messages = app.store.messages(&id).await?;
+    let calls = app.store.calls_in_conversation(&id).await?;
+    Ok(Json(view(id, messages, calls)))
+}
+
+fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -> ConversationView {
+    let mut steps: HashMap<&str, Vec<StepView>> = HashMap::new();
+    for call in calls.iter().filter(|c| c.status != "refused") {
+        steps
+            .entry(call.message.as_str())
+            .or_default()
+            .push(step(call));
+        if let (Some(message), Some(status)) = (&call.run_message, &call.run_status) {
+            steps
+                .entry(message.as_str())
+                .or_default()
+                .push(run_step(call, status));
+        }
+    }
+    let messages = messages
+        .into_iter()
+        .map(|m| {
+            let assistant = m.role == "assistant";
+            let citations: Option<Vec<Citation>> = assistant.then(|| {
+                m.citations
+                    .as_deref()
+                    .and_then(|c| serde_json::from_str(c).ok())
+                    .unwrap_or_default()
+            });
+            MessageView {
+                role: if assistant { "assistant" } else { "visitor" },
+                status: assistant.then(|| m.status.clone()),
+                created_at: rfc3339(m.created_at),
+                citations,
+                steps: assistant.then(|| steps.remove(m.id.as_str()).unwrap_or_default()),
+                text: m.text,
+                id: m.id,
+            }
+        })
+        .collect();
+    ConversationView { id, messages }
+}
+
+fn step(call: &CallRow) -> StepView {
+    let confirmation = call.kind == "confirmation";
+    let lines: Option<Vec<ArgLine>> = confirmation.then(|| {
+        call.lines
+            .as_deref()
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or_default()
+    });
+    StepView {
+        call: call.id.clone(),
+        tool: call.tool.clone(),
+        label: call.label.clone(),
+        kind: if confirmation { "confirmation" } else { "auto" },
+        status: call.status.clone(),
+        arguments: lines,
+        expires_at: call.expires_at.filter(|_| confirmation).map(rfc3339),
+        signature: call.signature.clone().filter(|_| call.status == "pending"),
+        decided_at: confirmation.then(|| call.decided_at.map(rfc3339)),
+    }
+}
+
+/// The run of a confirmed call, shown on the continuation's message.
+fn run_step(call: &CallRow, status: &str) -> StepView {
+    StepView {
+        call: call.id.clone(),
+        tool: call.tool.clone(),
+        label: call.label.clone(),
+        kind: "confirmation",
+        status: status.to_string(),
+        arguments: None,
+        expires_at: None,
+        signature: None,
+        decided_at: None,
+    }
+}

@@ -1,0 +1,157 @@
+//! `deskbell demo`: a complete demo site on 127.0.0.1:8080 with embedded defaults —
+//! SQLite in `./deskbell-data`, a generated secret kept there, the "Acme Store" site
+//! with bundled knowledge, a demo shop backend served by the same process, and a page
+//! at `/` to chat from.
+
+mod page;
+mod shop;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::config::{Config, Env};
+
+const DATA_DIR: &str = "./deskbell-data";
+const TOOLS_SECRET_VAR: &str = "DESKBELL_DEMO_TOOLS_SECRET";
+
+const KNOWLEDGE: &[(&str, &str)] = &[
+    ("shipping.md", include_str!("knowledge/shipping.md")),
+    ("returns.md", include_str!("knowledge/returns.md")),
+    ("warranty.md", include_str!("knowledge/warranty.md")),
+];
+
+pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
+    let data = PathBuf::from(DATA_DIR);
+    std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
+    let knowledge = data.join("knowledge");
+    std::fs::create_dir_all(&knowledge)?;
+    for (name, text) in KNOWLEDGE {
+        std::fs::write(knowledge.join(name), text)?;
+    }
+    let secret = kept_secret(&data.join("secret"))?;
+    let tools_secret = kept_secret(&data.join("tools-secret"))?;
+    let bind = env
+        .get("DESKBELL_BIND")
+        .unwrap_or("127.0.0.1:8080")
+        .to_string();
+    let mut env = env.clone().with(TOOLS_SECRET_VAR, &tools_secret);
+    if env.get("BETTER_AUTH_SECRET").is_none() {
+        env = env.with("BETTER_AUTH_SECRET", &secret);
+    }
+    let model_configured =
+        env.get("DESKBELL_LLM_BASE_URL").is_some() || env.get("OPENAI_API_KEY").is_some();
+    let config = Config::from_toml(
+        &demo_config(&bind, &knowledge),
+        "(demo configuration)",
+        &env,
+    )?;
+    let app = crate::app::build(config, Default::default()).await?;
+    let router = crate::app::router(app.clone())
+        .merge(shop::router(tools_secret.into_bytes(), app.clock.clone()))
+        .merge(page::router());
+    let listener = tokio::net::TcpListener::bind(&bind)
+        .await
+        .with_context(|| format!("cannot listen on {bind} (is another demo running?)"))?;
+    println!("Deskbell demo: open http://{bind}/ in a browser. Data is kept in {DATA_DIR}.");
+    if !model_configured {
+        println!("{NO_MODEL}");
+    }
+    crate::app::serve(app, router, listener, crate::cli::shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+const NO_MODEL: &str = "\nNo model is configured, so the assistant cannot answer yet. Deskbell talks to any \
+OpenAI-compatible Chat Completions API: set OPENAI_API_KEY to use OpenAI (model gpt-4o-mini), or point \
+DESKBELL_LLM_BASE_URL at a local server such as Ollama (http://127.0.0.1:11434/v1), llama.cpp's server or vLLM, \
+and set DESKBELL_LLM_MODEL to a model it serves that supports tool calling (for example qwen2.5:7b); then \
+start the demo again.\n";
+
+/// A secret kept in the data folder, generated on first start, so restarts keep
+/// visitor tokens and pending cards valid.
+fn kept_secret(path: &Path) -> anyhow::Result<String> {
+    if let Ok(text) = std::fs::read_to_string(path) {
+        let text = text.trim().to_string();
+        if text.len() >= crate::secret::MIN_SECRET_BYTES {
+            return Ok(text);
+        }
+    }
+    let secret = crate::secret::random_hex_secret()?;
+    std::fs::write(path, &secret).with_context(|| format!("cannot write {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(secret)
+}
+
+fn demo_config(bind: &str, knowledge: &Path) -> String {
+    let base = format!("http://{bind}");
+    let localhost = base.replace("127.0.0.1", "localhost");
+    format!(
+        r#"
+[server]
+bind = "{bind}"
+data_dir = "{DATA_DIR}"
+
+[[site]]
+id = "acme"
+name = "Acme Store"
+origins = ["{base}", "{localhost}"]
+instructions = "You are the support assistant of Acme Store, a small online shop. Be friendly and brief. Look orders up before acting on them."
+knowledge = ["{knowledge}"]
+
+[[site.tool]]
+name = "lookup_order"
+label = "Look up an order"
+description = "Look up an order by its number: status, items, shipping address."
+policy = "auto"
+url = "{base}/demo-shop/lookup_order"
+timeout_s = 5
+secret_env = "{TOOLS_SECRET_VAR}"
+input_schema = {{ type = "object", required = ["order_id"], additionalProperties = false, properties = {{ order_id = {{ type = "integer", title = "Order ID", minimum = 1 }} }} }}
+
+[[site.tool]]
+name = "cancel_order"
+label = "Cancel an order"
+description = "Cancel an order that has not shipped yet."
+policy = "confirm"
+url = "{base}/demo-shop/cancel_order"
+timeout_s = 5
+secret_env = "{TOOLS_SECRET_VAR}"
+input_schema = {{ type = "object", required = ["order_id"], additionalProperties = false, properties = {{ order_id = {{ type = "integer", title = "Order ID", minimum = 1 }}, reason = {{ type = "string", title = "Reason", maxLength = 200 }} }} }}
+
+[[site.tool]]
+name = "change_address"
+label = "Change the delivery address"
+description = "Change where an order that has not shipped yet is delivered."
+policy = "confirm"
+url = "{base}/demo-shop/change_address"
+timeout_s = 5
+secret_env = "{TOOLS_SECRET_VAR}"
+input_schema = {{ type = "object", required = ["order_id", "address"], additionalProperties = false, properties = {{ order_id = {{ type = "integer", title = "Order ID", minimum = 1 }}, address = {{ type = "object", title = "New address", required = ["street", "city", "postal_code", "country"], properties = {{ street = {{ type = "string" }}, city = {{ type = "string" }}, postal_code = {{ type = "string" }}, country = {{ type = "string" }} }} }} }} }}
+"#,
+        knowledge = knowledge.display()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_configuration_is_valid() {
+        let env = Env::empty()
+            .with("BETTER_AUTH_SECRET", "0123456789abcdef0123456789abcdef")
+            .with(TOOLS_SECRET_VAR, "tools-secret");
+        let config = Config::from_toml(
+            &demo_config("127.0.0.1:8080", Path::new("./k")),
+            "demo",
+            &env,
+        );
+        let config = config.map_err(|e| e.to_string());
+        assert!(config.is_ok(), "{config:?}");
+    }
+}

@@ -1,0 +1,169 @@
+//! The one error type at the HTTP edge. Each variant has a stable machine `code` and
+//! status (SPEC §5); internal causes are logged here and never shown to the caller.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::wire::{ErrorBody, ErrorDetail};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("the visitor token is missing or invalid")]
+    InvalidVisitorToken,
+    #[error("this origin may not use this site")]
+    OriginNotAllowed,
+    #[error("the visitor identity could not be verified")]
+    IdentityInvalid,
+    #[error("unknown site")]
+    SiteNotFound,
+    #[error("the confirmation signature does not match")]
+    SignatureInvalid,
+    #[error("conversation not found")]
+    ConversationNotFound,
+    #[error("call not found")]
+    CallNotFound,
+    #[error("this call is no longer waiting for an answer")]
+    CallNotPending,
+    #[error("this confirmation has expired")]
+    ConfirmationExpired,
+    #[error("the message is longer than {0} characters")]
+    MessageTooLong(usize),
+    #[error("the request body is too large")]
+    BodyTooLarge,
+    #[error("too many requests; try again in {0} seconds")]
+    RateLimited(u64),
+    #[error("too many answers are streaming at once; try again in {0} seconds")]
+    TooManyStreams(u64),
+    #[error("the daily budget of this site is spent; try again in {0} seconds")]
+    DailyBudgetExhausted(u64),
+    #[error("the assistant's model could not be reached")]
+    ProviderUnavailable,
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        use ApiError::*;
+        match self {
+            InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            InvalidVisitorToken => StatusCode::UNAUTHORIZED,
+            OriginNotAllowed | IdentityInvalid | SignatureInvalid => StatusCode::FORBIDDEN,
+            SiteNotFound | ConversationNotFound | CallNotFound => StatusCode::NOT_FOUND,
+            CallNotPending => StatusCode::CONFLICT,
+            ConfirmationExpired => StatusCode::GONE,
+            MessageTooLong(_) | BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            RateLimited(_) | TooManyStreams(_) | DailyBudgetExhausted(_) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            ProviderUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        use ApiError::*;
+        match self {
+            InvalidRequest(_) => "invalid_request",
+            InvalidVisitorToken => "invalid_visitor_token",
+            OriginNotAllowed => "origin_not_allowed",
+            IdentityInvalid => "identity_invalid",
+            SiteNotFound => "site_not_found",
+            SignatureInvalid => "signature_invalid",
+            ConversationNotFound => "conversation_not_found",
+            CallNotFound => "call_not_found",
+            CallNotPending => "call_not_pending",
+            ConfirmationExpired => "confirmation_expired",
+            MessageTooLong(_) | BodyTooLarge => "message_too_long",
+            RateLimited(_) => "rate_limited",
+            TooManyStreams(_) => "too_many_streams",
+            DailyBudgetExhausted(_) => "daily_budget_exhausted",
+            ProviderUnavailable => "provider_unavailable",
+            Internal(_) => "internal_error",
+        }
+    }
+
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::RateLimited(s)
+            | ApiError::TooManyStreams(s)
+            | ApiError::DailyBudgetExhausted(s) => Some((*s).max(1)),
+            _ => None,
+        }
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        ApiError::Internal(e.into())
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> Self {
+        ApiError::Internal(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(cause) = &self {
+            tracing::error!(error = format!("{cause:#}"), "internal error");
+        }
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code(),
+                message: self.to_string(),
+            },
+        };
+        let mut response = (self.status(), axum::Json(body)).into_response();
+        if let Some(seconds) = self.retry_after() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+/// A JSON body extractor whose every rejection is an `invalid_request` (or a
+/// `message_too_long` for an oversized body) in the §5 envelope.
+pub struct JsonBody<T>(pub T);
+
+impl<S, T> axum::extract::FromRequest<S> for JsonBody<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(JsonBody(value)),
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::BodyTooLarge)
+            }
+            Err(rejection) => Err(ApiError::InvalidRequest(rejection.body_text())),
+        }
+    }
+}
+
+/// The raw request body, bounded by the body limit; an oversized body is a
+/// `message_too_long` in the §5 envelope.
+pub struct RawBody(pub axum::body::Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::body::Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(RawBody(bytes)),
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::BodyTooLarge)
+            }
+            Err(rejection) => Err(ApiError::InvalidRequest(rejection.body_text())),
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! Deskbell: a self-hosted AI help desk. See ARCHITECTURE.md for the map.
+
+pub mod app;
+pub mod ask;
+pub mod audit;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod confirm;
+pub mod conversation;
+pub mod demo;
+pub mod error;
+pub mod guard;
+pub mod ids;
+pub mod llm;
+pub mod secret;
+pub mod store;
+pub mod testkit;
+pub mod tools;
+pub mod visitor;
+pub mod wire;

@@ -1,0 +1,101 @@
+//! The model provider interface and its OpenAI-compatible implementation.
+//!
+//! The turn engine sees only `Provider`: a request goes in, a stream of text deltas,
+//! assembled tool calls and usage comes out. Anything that speaks that interface
+//! (a remote API today, an embedded model later) plugs in the same way.
+
+pub mod chunks;
+mod openai;
+
+pub use openai::OpenAiProvider;
+
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+
+use crate::wire::Usage;
+
+/// One message of the model transcript. Stored with a pending call so the turn can
+/// be resumed after the visitor answers the card.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum ChatMessage {
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        content: String,
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        tool_call_id: String,
+        content: String,
+    },
+}
+
+/// A tool call as the model made it: the arguments are its raw JSON text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolSpec>,
+    pub max_tokens: u32,
+}
+
+/// What a model stream yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelEvent {
+    Text(String),
+    /// The complete tool calls of the response, once all their deltas arrived.
+    ToolCalls(Vec<ToolCall>),
+    Usage(Usage),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    #[error("the provider could not be reached: {0}")]
+    Connect(String),
+    #[error("the provider answered with status {0}")]
+    Status(u16),
+    #[error("the provider sent nothing for too long")]
+    Timeout,
+    #[error("the provider's stream broke off: {0}")]
+    Stream(String),
+    #[error("the provider sent something unreadable: {0}")]
+    Protocol(String),
+}
+
+impl ProviderError {
+    /// Worth retrying before the first token: connection faults, 429 and 5xx.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ProviderError::Connect(_) | ProviderError::Timeout | ProviderError::Stream(_) => true,
+            ProviderError::Status(s) => *s == 429 || *s >= 500,
+            ProviderError::Protocol(_) => false,
+        }
+    }
+}
+
+pub type ModelStream = BoxStream<'static, Result<ModelEvent, ProviderError>>;
+
+pub trait Provider: Send + Sync + 'static {
+    /// Starts a streamed completion. It resolves once the first piece of the answer
+    /// has arrived, so a failure here means nothing was streamed yet.
+    fn stream(&self, request: ChatRequest) -> BoxFuture<'_, Result<ModelStream, ProviderError>>;
+}

@@ -1,0 +1,194 @@
+//! A client for OpenAI-compatible Chat Completions with streaming (SSE), tool-call
+//! deltas and usage. Retries transient faults before the first token only, since a
+//! retry after text was shown would repeat it.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventsource_stream::Eventsource;
+use futures_util::future::BoxFuture;
+use futures_util::{Stream, StreamExt, stream};
+use serde_json::{Value, json};
+
+use super::chunks::ChunkDecoder;
+use super::{ChatMessage, ChatRequest, ModelEvent, ModelStream, Provider, ProviderError};
+use crate::config::LlmConfig;
+use crate::secret::Secret;
+
+pub struct OpenAiProvider {
+    http: reqwest::Client,
+    url: String,
+    model: String,
+    api_key: Option<Secret>,
+    idle: Duration,
+    retries: u32,
+}
+
+impl OpenAiProvider {
+    pub fn new(config: &LlmConfig) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs_f64(config.connect_timeout_s))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        Ok(Self {
+            http,
+            url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
+            model: config.model.clone(),
+            api_key: config.api_key.clone(),
+            idle: Duration::from_secs_f64(config.idle_timeout_s),
+            retries: config.max_retries,
+        })
+    }
+
+    fn body(&self, request: &ChatRequest) -> Value {
+        let mut body = json!({
+            "model": self.model,
+            "messages": request.messages.iter().map(message_json).collect::<Vec<_>>(),
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "max_tokens": request.max_tokens,
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+                .collect();
+        }
+        body
+    }
+
+    async fn attempt(&self, body: &Value) -> Result<ModelStream, ProviderError> {
+        let mut post = self.http.post(&self.url).json(body);
+        if let Some(key) = &self.api_key {
+            post = post.bearer_auth(String::from_utf8_lossy(key.expose()));
+        }
+        let response = tokio::time::timeout(self.idle, post.send())
+            .await
+            .map_err(|_| ProviderError::Timeout)?
+            .map_err(|e| ProviderError::Connect(without_url(&e)))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(ProviderError::Status(status.as_u16()));
+        }
+        let mut events = decode_sse(response.bytes_stream(), self.idle);
+        // Wait for the first event so that a fault before anything was streamed can
+        // still be retried or answered with 503.
+        match events.next().await {
+            Some(Ok(first)) => Ok(stream::once(async { Ok(first) }).chain(events).boxed()),
+            Some(Err(e)) => Err(e),
+            None => Ok(stream::empty().boxed()),
+        }
+    }
+}
+
+impl Provider for OpenAiProvider {
+    fn stream(&self, request: ChatRequest) -> BoxFuture<'_, Result<ModelStream, ProviderError>> {
+        Box::pin(async move {
+            let body = self.body(&request);
+            let mut attempt = 0;
+            loop {
+                match self.attempt(&body).await {
+                    Ok(stream) => return Ok(stream),
+                    Err(e) if e.is_transient() && attempt < self.retries => {
+                        tracing::warn!(error = %e, attempt, "model provider fault; retrying");
+                        tokio::time::sleep(Duration::from_millis(150 << attempt)).await;
+                        attempt += 1;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+    }
+}
+
+/// reqwest's errors name the URL; the base URL is configuration, not a secret, but
+/// keeping error text short and uniform keeps logs readable.
+fn without_url(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    if let Some(url) = e.url() {
+        text = text.replace(url.as_str(), "<provider>");
+    }
+    text
+}
+
+fn message_json(message: &ChatMessage) -> Value {
+    match message {
+        ChatMessage::System { content } => json!({"role": "system", "content": content}),
+        ChatMessage::User { content } => json!({"role": "user", "content": content}),
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+        } if tool_calls.is_empty() => {
+            json!({"role": "assistant", "content": content})
+        }
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+        } => json!({
+            "role": "assistant",
+            "content": if content.is_empty() { Value::Null } else { Value::String(content.clone()) },
+            "tool_calls": tool_calls.iter().map(|c| json!({
+                "id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}
+            })).collect::<Vec<_>>(),
+        }),
+        ChatMessage::Tool {
+            tool_call_id,
+            content,
+        } => {
+            json!({"role": "tool", "tool_call_id": tool_call_id, "content": content})
+        }
+    }
+}
+
+struct DecodeState<S> {
+    events: S,
+    decoder: ChunkDecoder,
+    queue: VecDeque<ModelEvent>,
+    ended: bool,
+    idle: Duration,
+}
+
+/// Decodes an SSE byte stream of chat completion chunks into model events, with a
+/// timeout between chunks.
+pub fn decode_sse<S, E>(bytes: S, idle: Duration) -> ModelStream
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let state = DecodeState {
+        events: Box::pin(bytes.eventsource()),
+        decoder: ChunkDecoder::default(),
+        queue: VecDeque::new(),
+        ended: false,
+        idle,
+    };
+    stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(event) = st.queue.pop_front() {
+                return Some((Ok(event), st));
+            }
+            if st.ended {
+                return None;
+            }
+            let step = match tokio::time::timeout(st.idle, st.events.next()).await {
+                Err(_) => Err(ProviderError::Timeout),
+                Ok(None) => st.decoder.finish(),
+                Ok(Some(Err(e))) => Err(ProviderError::Stream(e.to_string())),
+                Ok(Some(Ok(event))) => st.decoder.push(&event.data),
+            };
+            match step {
+                Ok(events) => {
+                    st.queue.extend(events);
+                    st.ended = st.decoder.is_done();
+                }
+                Err(e) => {
+                    st.ended = true;
+                    return Some((Err(e), st));
+                }
+            }
+        }
+    })
+    .boxed()
+}

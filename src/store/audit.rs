@@ -1,0 +1,130 @@
+//! The append-only audit table (SPEC §10). Rows are only ever inserted; the
+//! migrations add triggers that make the database refuse updates and deletes.
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::{CallRow, Store};
+use crate::clock::Millis;
+use crate::ids::new_id;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRow {
+    pub at: Millis,
+    pub event: &'static str,
+    pub reason: Option<String>,
+    pub call: String,
+    pub site: String,
+    pub conversation: String,
+    pub visitor: String,
+    pub tool: String,
+    pub policy: String,
+    /// Canonical JSON (RFC 8785) of the call's arguments.
+    pub arguments: String,
+    pub http_status: Option<i64>,
+    pub duration_ms: Option<i64>,
+}
+
+impl AuditRow {
+    pub fn for_call(call: &CallRow, event: &'static str, reason: Option<&str>, at: Millis) -> Self {
+        Self {
+            at,
+            event,
+            reason: reason.map(str::to_string),
+            call: call.id.clone(),
+            site: call.site.clone(),
+            conversation: call.conversation.clone(),
+            visitor: call.visitor.clone(),
+            tool: call.tool.clone(),
+            policy: call.policy.clone(),
+            arguments: call.arguments.clone(),
+            http_status: None,
+            duration_ms: None,
+        }
+    }
+}
+
+/// Inserts one audit row with any executor, so it can join a transaction.
+pub(super) async fn insert<'e, E>(executor: E, row: &AuditRow) -> Result<(), sqlx::Error>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    sqlx::query(
+        "INSERT INTO audit (id, at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+    )
+    .bind(new_id("a"))
+    .bind(row.at)
+    .bind(row.event)
+    .bind(&row.reason)
+    .bind(&row.call)
+    .bind(&row.site)
+    .bind(&row.conversation)
+    .bind(&row.visitor)
+    .bind(&row.tool)
+    .bind(&row.policy)
+    .bind(&row.arguments)
+    .bind(row.http_status)
+    .bind(row.duration_ms)
+    .execute(executor)
+    .await?;
+    Ok(())
+}
+
+fn audit_row(row: &AnyRow) -> Result<AuditRow, sqlx::Error> {
+    let event: String = row.try_get("event")?;
+    Ok(AuditRow {
+        at: row.try_get("at")?,
+        event: crate::audit::event_name(&event),
+        reason: row.try_get("reason")?,
+        call: row.try_get("call")?,
+        site: row.try_get("site")?,
+        conversation: row.try_get("conversation")?,
+        visitor: row.try_get("visitor")?,
+        tool: row.try_get("tool")?,
+        policy: row.try_get("policy")?,
+        arguments: row.try_get("arguments")?,
+        http_status: row.try_get("http_status")?,
+        duration_ms: row.try_get("duration_ms")?,
+    })
+}
+
+const SELECT: &str = "SELECT at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms FROM audit";
+
+impl Store {
+    pub async fn append_audit(&self, row: &AuditRow) -> anyhow::Result<()> {
+        insert(self.pool(), row).await?;
+        Ok(())
+    }
+
+    /// Every audit row, oldest first, optionally of one site.
+    pub async fn audit_rows(&self, site: Option<&str>) -> anyhow::Result<Vec<AuditRow>> {
+        let rows = match site {
+            Some(site) => {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "{SELECT} WHERE site = $1 ORDER BY at, id"
+                )))
+                .bind(site)
+                .fetch_all(self.pool())
+                .await?
+            }
+            None => {
+                sqlx::query(sqlx::AssertSqlSafe(format!("{SELECT} ORDER BY at, id")))
+                    .fetch_all(self.pool())
+                    .await?
+            }
+        };
+        Ok(rows.iter().map(audit_row).collect::<Result<_, _>>()?)
+    }
+
+    /// The audit rows of one call, oldest first.
+    pub async fn audit_for_call(&self, call: &str) -> anyhow::Result<Vec<AuditRow>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{SELECT} WHERE call = $1 ORDER BY at, id"
+        )))
+        .bind(call)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.iter().map(audit_row).collect::<Result<_, _>>()?)
+    }
+}

@@ -1,0 +1,310 @@
+//! Tool calls and their lifecycle. Every status change of a confirmation happens in
+//! one conditional UPDATE (`WHERE status = 'pending'`) inside a transaction with its
+//! audit row, so two answers racing — in one process or in two replicas sharing the
+//! database — can never both win, and no decision is stored without its audit row.
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::Store;
+use super::audit::{self, AuditRow};
+use crate::clock::Millis;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Refused,
+    Pending,
+    Confirmed,
+    Cancelled,
+    Expired,
+}
+
+impl CallStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Running => "running",
+            CallStatus::Succeeded => "succeeded",
+            CallStatus::Failed => "failed",
+            CallStatus::Refused => "refused",
+            CallStatus::Pending => "pending",
+            CallStatus::Confirmed => "confirmed",
+            CallStatus::Cancelled => "cancelled",
+            CallStatus::Expired => "expired",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct CallRow {
+    pub id: String,
+    pub model_call_id: String,
+    pub conversation: String,
+    pub message: String,
+    pub turn: String,
+    pub site: String,
+    pub visitor: String,
+    pub tool: String,
+    pub label: String,
+    pub policy: String,
+    /// `auto` or `confirmation`.
+    pub kind: String,
+    /// Canonical JSON (RFC 8785).
+    pub arguments: String,
+    /// The rendered argument lines as JSON, for confirmations.
+    pub lines: Option<String>,
+    pub status: String,
+    pub config_digest: Option<String>,
+    pub expires_at: Option<Millis>,
+    pub signature: Option<String>,
+    pub decided_at: Option<Millis>,
+    pub reason: Option<String>,
+    /// The model transcript of the turn up to this call, to resume it.
+    pub context: Option<String>,
+    /// The message of the continuation that ran a confirmed call, and how it went.
+    pub run_message: Option<String>,
+    pub run_status: Option<String>,
+    pub created_at: Millis,
+}
+
+const COLUMNS: &str = "id, model_call_id, conversation, message, turn, site, visitor, tool, label, policy, kind, arguments, lines, \
+     status, config_digest, expires_at, signature, decided_at, reason, context, run_message, run_status, created_at";
+
+fn call(row: &AnyRow) -> Result<CallRow, sqlx::Error> {
+    Ok(CallRow {
+        id: row.try_get("id")?,
+        model_call_id: row.try_get("model_call_id")?,
+        conversation: row.try_get("conversation")?,
+        message: row.try_get("message")?,
+        turn: row.try_get("turn")?,
+        site: row.try_get("site")?,
+        visitor: row.try_get("visitor")?,
+        tool: row.try_get("tool")?,
+        label: row.try_get("label")?,
+        policy: row.try_get("policy")?,
+        kind: row.try_get("kind")?,
+        arguments: row.try_get("arguments")?,
+        lines: row.try_get("lines")?,
+        status: row.try_get("status")?,
+        config_digest: row.try_get("config_digest")?,
+        expires_at: row.try_get("expires_at")?,
+        signature: row.try_get("signature")?,
+        decided_at: row.try_get("decided_at")?,
+        reason: row.try_get("reason")?,
+        context: row.try_get("context")?,
+        run_message: row.try_get("run_message")?,
+        run_status: row.try_get("run_status")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn sql(text: String) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(text)
+}
+
+impl Store {
+    /// Stores a call together with its first audit rows (such as `requested`).
+    pub async fn insert_call(&self, c: &CallRow, audit_rows: &[AuditRow]) -> anyhow::Result<()> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query(sql(format!(
+            "INSERT INTO calls ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)"
+        )))
+        .bind(&c.id)
+        .bind(&c.model_call_id)
+        .bind(&c.conversation)
+        .bind(&c.message)
+        .bind(&c.turn)
+        .bind(&c.site)
+        .bind(&c.visitor)
+        .bind(&c.tool)
+        .bind(&c.label)
+        .bind(&c.policy)
+        .bind(&c.kind)
+        .bind(&c.arguments)
+        .bind(&c.lines)
+        .bind(&c.status)
+        .bind(&c.config_digest)
+        .bind(c.expires_at)
+        .bind(&c.signature)
+        .bind(c.decided_at)
+        .bind(&c.reason)
+        .bind(&c.context)
+        .bind(&c.run_message)
+        .bind(&c.run_status)
+        .bind(c.created_at)
+        .execute(&mut *tx)
+        .await?;
+        for row in audit_rows {
+            audit::insert(&mut *tx, row).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn call(&self, id: &str) -> anyhow::Result<Option<CallRow>> {
+        let row = sqlx::query(sql(format!("SELECT {COLUMNS} FROM calls WHERE id = $1")))
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(row.as_ref().map(call).transpose()?)
+    }
+
+    pub async fn calls_in_conversation(&self, conversation: &str) -> anyhow::Result<Vec<CallRow>> {
+        let rows = sqlx::query(sql(format!(
+            "SELECT {COLUMNS} FROM calls WHERE conversation = $1 ORDER BY created_at, id"
+        )))
+        .bind(conversation)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.iter().map(call).collect::<Result<_, _>>()?)
+    }
+
+    /// Sets the outcome of an auto call and appends its audit row.
+    pub async fn finish_auto_call(
+        &self,
+        id: &str,
+        status: CallStatus,
+        audit_row: &AuditRow,
+    ) -> anyhow::Result<()> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query("UPDATE calls SET status = $1 WHERE id = $2")
+            .bind(status.as_str())
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        audit::insert(&mut *tx, audit_row).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Records how the run of a confirmed call went, on the continuation's message.
+    pub async fn set_run(
+        &self,
+        id: &str,
+        run_message: &str,
+        run_status: CallStatus,
+        audit_row: Option<&AuditRow>,
+    ) -> anyhow::Result<()> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query("UPDATE calls SET run_message = $1, run_status = $2 WHERE id = $3")
+            .bind(run_message)
+            .bind(run_status.as_str())
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        if let Some(row) = audit_row {
+            audit::insert(&mut *tx, row).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The one atomic pending → decided transition. Returns false when another answer
+    /// (or an expiry) got there first; then nothing was changed or audited.
+    pub async fn decide(
+        &self,
+        c: &CallRow,
+        to: CallStatus,
+        reason: Option<&str>,
+        now: Millis,
+    ) -> anyhow::Result<bool> {
+        let mut tx = self.pool().begin().await?;
+        let won = sqlx::query(
+            "UPDATE calls SET status = $1, decided_at = $2, reason = $3 WHERE id = $4 AND status = 'pending' AND expires_at > $2",
+        )
+        .bind(to.as_str())
+        .bind(now)
+        .bind(reason)
+        .bind(&c.id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if won {
+            let event = to.as_str();
+            audit::insert(&mut *tx, &AuditRow::for_call(c, event, reason, now)).await?;
+            close_card_message(&mut tx, &c.message).await?;
+        }
+        tx.commit().await?;
+        Ok(won)
+    }
+
+    /// Marks every pending call whose time ran out as expired, with its expiry time
+    /// as the decision time, whether or not anybody answered. Optionally only in one
+    /// conversation. Returns the calls it expired.
+    pub async fn expire_due(
+        &self,
+        now: Millis,
+        conversation: Option<&str>,
+    ) -> anyhow::Result<Vec<CallRow>> {
+        let mut tx = self.pool().begin().await?;
+        let rows = match conversation {
+            Some(conv) => sqlx::query(sql(format!(
+                "UPDATE calls SET status = 'expired', decided_at = expires_at \
+                 WHERE status = 'pending' AND expires_at <= $1 AND conversation = $2 RETURNING {COLUMNS}"
+            )))
+            .bind(now)
+            .bind(conv)
+            .fetch_all(&mut *tx)
+            .await?,
+            None => sqlx::query(sql(format!(
+                "UPDATE calls SET status = 'expired', decided_at = expires_at \
+                 WHERE status = 'pending' AND expires_at <= $1 RETURNING {COLUMNS}"
+            )))
+            .bind(now)
+            .fetch_all(&mut *tx)
+            .await?,
+        };
+        let expired: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
+        for c in &expired {
+            let at = c.expires_at.unwrap_or(now);
+            audit::insert(&mut *tx, &AuditRow::for_call(c, "expired", None, at)).await?;
+            close_card_message(&mut tx, &c.message).await?;
+        }
+        tx.commit().await?;
+        Ok(expired)
+    }
+
+    /// Closes the pending card of a conversation as cancelled (reason `superseded`)
+    /// because the visitor asked something new.
+    pub async fn supersede_pending(
+        &self,
+        conversation: &str,
+        now: Millis,
+    ) -> anyhow::Result<Vec<CallRow>> {
+        let mut tx = self.pool().begin().await?;
+        let rows = sqlx::query(sql(format!(
+            "UPDATE calls SET status = 'cancelled', decided_at = $1, reason = 'superseded' \
+             WHERE status = 'pending' AND conversation = $2 RETURNING {COLUMNS}"
+        )))
+        .bind(now)
+        .bind(conversation)
+        .fetch_all(&mut *tx)
+        .await?;
+        let superseded: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
+        for c in &superseded {
+            audit::insert(
+                &mut *tx,
+                &AuditRow::for_call(c, "cancelled", Some("superseded"), now),
+            )
+            .await?;
+            close_card_message(&mut tx, &c.message).await?;
+        }
+        tx.commit().await?;
+        Ok(superseded)
+    }
+}
+
+/// Once its card is decided, the message that raised it is no longer waiting.
+async fn close_card_message(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    message: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE messages SET status = 'answered' WHERE id = $1 AND status = 'awaiting_confirmation'")
+        .bind(message)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}

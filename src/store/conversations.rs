@@ -1,0 +1,162 @@
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::Store;
+use crate::clock::Millis;
+use crate::wire::Usage;
+
+/// The status of an assistant message while its answer is still streaming. It is
+/// internal: history leaves such messages out, and a start after a crash marks
+/// them failed.
+pub const STREAMING: &str = "streaming";
+
+#[derive(Debug, Clone)]
+pub struct MessageRow {
+    pub id: String,
+    pub conversation: String,
+    pub turn: String,
+    pub role: String,
+    pub text: String,
+    pub status: String,
+    pub citations: Option<String>,
+    pub created_at: Millis,
+}
+
+fn message(row: &AnyRow) -> Result<MessageRow, sqlx::Error> {
+    Ok(MessageRow {
+        id: row.try_get("id")?,
+        conversation: row.try_get("conversation")?,
+        turn: row.try_get("turn")?,
+        role: row.try_get("role")?,
+        text: row.try_get("text")?,
+        status: row.try_get("status")?,
+        citations: row.try_get("citations")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+impl Store {
+    pub async fn create_conversation(
+        &self,
+        id: &str,
+        site: &str,
+        visitor: &str,
+        now: Millis,
+    ) -> anyhow::Result<()> {
+        sqlx::query(
+            "INSERT INTO conversations (id, site, visitor, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(id)
+        .bind(site)
+        .bind(visitor)
+        .bind(now)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// The site and visitor a conversation belongs to.
+    pub async fn conversation_owner(&self, id: &str) -> anyhow::Result<Option<(String, String)>> {
+        let row = sqlx::query("SELECT site, visitor FROM conversations WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(match row {
+            Some(row) => Some((row.try_get("site")?, row.try_get("visitor")?)),
+            None => None,
+        })
+    }
+
+    pub async fn insert_message(&self, m: &MessageRow) -> anyhow::Result<()> {
+        sqlx::query(
+            "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&m.id)
+        .bind(&m.conversation)
+        .bind(&m.turn)
+        .bind(&m.role)
+        .bind(&m.text)
+        .bind(&m.status)
+        .bind(&m.citations)
+        .bind(m.created_at)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Saves the final text, status, citations and usage of an assistant message.
+    pub async fn finish_message(
+        &self,
+        id: &str,
+        text: &str,
+        status: &str,
+        citations: Option<&str>,
+        usage: Usage,
+    ) -> anyhow::Result<()> {
+        sqlx::query(
+            "UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 WHERE id = $6",
+        )
+        .bind(text)
+        .bind(status)
+        .bind(citations)
+        .bind(usage.input_tokens as i64)
+        .bind(usage.output_tokens as i64)
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    pub async fn set_message_status(&self, id: &str, status: &str) -> anyhow::Result<()> {
+        sqlx::query("UPDATE messages SET status = $1 WHERE id = $2")
+            .bind(status)
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// The messages of a conversation in order, without those still streaming.
+    pub async fn messages(&self, conversation: &str) -> anyhow::Result<Vec<MessageRow>> {
+        let rows = sqlx::query(
+            "SELECT id, conversation, turn, role, text, status, citations, created_at FROM messages \
+             WHERE conversation = $1 AND status <> $2 ORDER BY created_at, id",
+        )
+        .bind(conversation)
+        .bind(STREAMING)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.iter().map(message).collect::<Result<_, _>>()?)
+    }
+
+    /// Marks answers that were streaming when the server stopped as failed, so that
+    /// they show in history instead of vanishing.
+    /// Only messages started before `before` are touched, so that a replica starting
+    /// next to others sharing PostgreSQL leaves their live turns alone.
+    pub async fn fail_interrupted_messages(&self, before: Millis) -> anyhow::Result<u64> {
+        let done = sqlx::query(
+            "UPDATE messages SET status = 'failed' WHERE status = $1 AND created_at < $2",
+        )
+        .bind(STREAMING)
+        .bind(before)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Tokens an assistant message used (for tests and budgets).
+    pub async fn message_usage(&self, id: &str) -> anyhow::Result<Option<Usage>> {
+        let row = sqlx::query("SELECT input_tokens, output_tokens FROM messages WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(match row {
+            Some(row) => Some(Usage {
+                input_tokens: row.try_get::<i64, _>("input_tokens")?.max(0) as u64,
+                output_tokens: row.try_get::<i64, _>("output_tokens")?.max(0) as u64,
+            }),
+            None => None,
+        })
+    }
+}

@@ -1,0 +1,70 @@
+//! Migrations are compiled into the binary and applied with sqlx's migrator at start.
+//! They are built at run time from embedded SQL (rather than with `migrate!`, which
+//! would compile a second copy of the database drivers for the build host).
+
+use std::borrow::Cow;
+
+use futures_util::future::BoxFuture;
+use sqlx::error::BoxDynError;
+use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
+
+use super::{Backend, Store};
+
+const SQLITE: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../../migrations/sqlite/0001_init.sql"),
+    ),
+    (
+        2,
+        "audit append only",
+        include_str!("../../migrations/sqlite/0002_audit_append_only.sql"),
+    ),
+];
+
+const POSTGRES: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        "audit append only",
+        include_str!("../../migrations/postgres/0002_audit_append_only.sql"),
+    ),
+];
+
+#[derive(Debug)]
+struct Embedded(&'static [(i64, &'static str, &'static str)]);
+
+impl MigrationSource<'static> for Embedded {
+    fn resolve(self) -> BoxFuture<'static, Result<Vec<Migration>, BoxDynError>> {
+        Box::pin(async move {
+            Ok(self
+                .0
+                .iter()
+                .map(|(version, name, sql)| {
+                    Migration::new(
+                        *version,
+                        Cow::Borrowed(*name),
+                        MigrationType::Simple,
+                        sqlx::SqlSafeStr::into_sql_str(*sql),
+                        false,
+                    )
+                })
+                .collect())
+        })
+    }
+}
+
+pub(super) async fn run(store: &Store) -> anyhow::Result<()> {
+    let source = match store.backend {
+        Backend::Sqlite => Embedded(SQLITE),
+        Backend::Postgres => Embedded(POSTGRES),
+    };
+    let migrator = Migrator::new(source).await?;
+    migrator.run(&store.pool).await?;
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! Durable state on SQLite or PostgreSQL through sqlx's `Any` driver.
+//!
+//! One set of SQL (with `$n` placeholders, which SQLite accepts too) serves both
+//! backends, so handlers never know which one runs; only the migrations differ where
+//! the dialects do (triggers). Ids, JSON and times are TEXT and BIGINT because `Any`
+//! maps only the common scalar types.
+
+mod audit;
+mod calls;
+mod conversations;
+mod migrate;
+mod visitors;
+
+pub use audit::AuditRow;
+pub use calls::{CallRow, CallStatus};
+pub use conversations::{MessageRow, STREAMING};
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::AnyPool;
+use sqlx::any::AnyPoolOptions;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Store {
+    /// Connects, creating the SQLite file and its folder if missing, and applies the
+    /// migrations of the backend.
+    pub async fn connect(url: &str) -> anyhow::Result<Store> {
+        sqlx::any::install_default_drivers();
+        let (backend, url) = if url.starts_with("sqlite:") {
+            (Backend::Sqlite, prepare_sqlite_url(url)?)
+        } else {
+            (Backend::Postgres, url.to_string())
+        };
+        let max = match backend {
+            Backend::Sqlite => 8,
+            Backend::Postgres => 16,
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(&url)
+            .await
+            .with_context(|| format!("cannot open the database ({})", redact_url(&url)))?;
+        if backend == Backend::Sqlite {
+            // WAL lets readers proceed while one writer commits; the mode is stored in
+            // the file, so setting it once per start is enough.
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
+        }
+        let store = Store { pool, backend };
+        migrate::run(&store).await?;
+        Ok(store)
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub async fn ping(&self) -> anyhow::Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+}
+
+/// Adds `mode=rwc` (create if missing) and creates the parent folder.
+fn prepare_sqlite_url(url: &str) -> anyhow::Result<String> {
+    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
+    let path = rest.split('?').next().unwrap_or_default();
+    if !path.is_empty() && path != ":memory:" {
+        if let Some(parent) = Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create the data folder {}", parent.display()))?;
+        }
+    }
+    Ok(if url.contains("mode=") {
+        url.to_string()
+    } else if url.contains('?') {
+        format!("{url}&mode=rwc")
+    } else {
+        format!("{url}?mode=rwc")
+    })
+}
+
+/// A database URL without its password, for error messages.
+fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_string(),
+    }
+}

@@ -1,0 +1,58 @@
+use sqlx::Row;
+
+use super::Store;
+use crate::clock::Millis;
+use crate::ids::new_id;
+
+impl Store {
+    /// A new anonymous visitor of a site.
+    pub async fn create_visitor(&self, site: &str, now: Millis) -> anyhow::Result<String> {
+        let id = new_id("v");
+        sqlx::query(
+            "INSERT INTO visitors (id, site, user_id, created_at) VALUES ($1, $2, NULL, $3)",
+        )
+        .bind(&id)
+        .bind(site)
+        .bind(now)
+        .execute(self.pool())
+        .await?;
+        Ok(id)
+    }
+
+    /// The visitor bound to a verified user of a site, created on first use. Two
+    /// devices racing here get the same visitor: the primary key decides.
+    pub async fn visitor_for_user(
+        &self,
+        site: &str,
+        user_id: &str,
+        now: Millis,
+    ) -> anyhow::Result<String> {
+        let candidate = new_id("v");
+        let mut tx = self.pool().begin().await?;
+        let inserted = sqlx::query("INSERT INTO identities (site, user_id, visitor) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
+            .bind(site)
+            .bind(user_id)
+            .bind(&candidate)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if inserted == 1 {
+            sqlx::query(
+                "INSERT INTO visitors (id, site, user_id, created_at) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(&candidate)
+            .bind(site)
+            .bind(user_id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let row = sqlx::query("SELECT visitor FROM identities WHERE site = $1 AND user_id = $2")
+            .bind(site)
+            .bind(user_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(row.try_get("visitor")?)
+    }
+}

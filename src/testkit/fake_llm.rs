@@ -1,0 +1,203 @@
+//! A scripted model server. Each request takes the next scripted reply (or a short
+//! default answer) and streams it the way OpenAI does: a role chunk, content and
+//! tool-call deltas split into small pieces, a finish chunk, a usage chunk, `[DONE]`.
+//! It can also misbehave: answer 429/500, stall, or cut the stream.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone)]
+pub enum Piece {
+    Text(String),
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    Usage {
+        input: u64,
+        output: u64,
+    },
+    Pause(Duration),
+    /// Breaks the connection off here.
+    Cut,
+}
+
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Stream(Vec<Piece>),
+    Status(u16),
+    /// Never answers (until the client gives up).
+    Stall,
+}
+
+impl Reply {
+    pub fn text(text: &str) -> Reply {
+        Reply::Stream(vec![Piece::Text(text.into())])
+    }
+
+    /// One response with these tool calls, named with their arguments.
+    pub fn tool_calls(calls: &[(&str, Value)]) -> Reply {
+        Reply::Stream(
+            calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, args))| Piece::ToolCall {
+                    id: format!("call_fake_{i}"),
+                    name: name.to_string(),
+                    arguments: args.to_string(),
+                })
+                .collect(),
+        )
+    }
+}
+
+#[derive(Default)]
+struct Script {
+    replies: Mutex<VecDeque<Reply>>,
+    requests: Mutex<Vec<Value>>,
+}
+
+#[derive(Clone)]
+pub struct FakeLlm {
+    /// The base URL to configure (`…/v1`).
+    pub base_url: String,
+    script: Arc<Script>,
+}
+
+impl FakeLlm {
+    pub async fn start() -> std::io::Result<FakeLlm> {
+        let script = Arc::new(Script::default());
+        let router = axum::Router::new()
+            .route("/v1/chat/completions", post(complete))
+            .with_state(script.clone());
+        let base = super::serve_on_loopback(router).await?;
+        Ok(FakeLlm {
+            base_url: format!("{base}/v1"),
+            script,
+        })
+    }
+
+    pub fn push(&self, reply: Reply) {
+        lock(&self.script.replies).push_back(reply);
+    }
+
+    /// The request bodies received so far, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        lock(&self.script.requests).clone()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn complete(State(script): State<Arc<Script>>, Json(body): Json<Value>) -> Response {
+    lock(&script.requests).push(body);
+    let reply = lock(&script.replies)
+        .pop_front()
+        .unwrap_or_else(|| Reply::text("OK."));
+    match reply {
+        Reply::Status(code) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            (
+                status,
+                Json(json!({"error": {"message": "scripted failure"}})),
+            )
+                .into_response()
+        }
+        Reply::Stall => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            StatusCode::GATEWAY_TIMEOUT.into_response()
+        }
+        Reply::Stream(pieces) => {
+            let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+            tokio::spawn(play(pieces, tx));
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(
+                    tokio_stream::wrappers::ReceiverStream::new(rx),
+                ))
+                .unwrap_or_default()
+        }
+    }
+}
+
+fn chunk(delta: Value, finish: Option<&str>) -> Value {
+    json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake",
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+}
+
+/// Splits text into pieces of at most `n` characters.
+fn pieces(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(n.max(1)).map(|c| c.iter().collect()).collect()
+}
+
+async fn play(script: Vec<Piece>, tx: mpsc::Sender<Result<Bytes, std::io::Error>>) {
+    let send = |value: Value| {
+        let tx = tx.clone();
+        async move {
+            tx.send(Ok(Bytes::from(format!("data: {value}\n\n"))))
+                .await
+                .is_ok()
+        }
+    };
+    if !send(chunk(json!({"role": "assistant", "content": ""}), None)).await {
+        return;
+    }
+    let mut output_tokens = 0;
+    let mut usage = None;
+    let mut tool_index = 0;
+    for piece in script {
+        match piece {
+            Piece::Text(text) => {
+                for part in pieces(&text, 3) {
+                    output_tokens += 1;
+                    send(chunk(json!({"content": part}), None)).await;
+                }
+            }
+            Piece::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                let (head, tail) = name.split_at(name.len() / 2);
+                send(chunk(json!({"tool_calls": [{"index": tool_index, "id": id, "type": "function", "function": {"name": head, "arguments": ""}}]}), None)).await;
+                send(chunk(
+                    json!({"tool_calls": [{"index": tool_index, "function": {"name": tail}}]}),
+                    None,
+                ))
+                .await;
+                for part in pieces(&arguments, 5) {
+                    output_tokens += 1;
+                    send(chunk(json!({"tool_calls": [{"index": tool_index, "function": {"arguments": part}}]}), None)).await;
+                }
+                tool_index += 1;
+            }
+            Piece::Usage { input, output } => usage = Some((input, output)),
+            Piece::Pause(d) => tokio::time::sleep(d).await,
+            Piece::Cut => {
+                let _ = tx.send(Err(std::io::Error::other("cut"))).await;
+                return;
+            }
+        }
+    }
+    let finish = if tool_index > 0 { "tool_calls" } else { "stop" };
+    send(chunk(json!({}), Some(finish))).await;
+    let (input, output) = usage.unwrap_or((10, output_tokens));
+    send(json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake", "choices": [],
+                "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output}}))
+    .await;
+    let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+}

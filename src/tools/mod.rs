@@ -1,0 +1,106 @@
+//! Tools an operator gives a site: their policy, input schema, HTTP executor, and the
+//! digest of their configuration that a confirmation's signature covers.
+
+pub mod http;
+pub mod render;
+pub mod schema;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::config::{Policy, ToolConfig};
+use crate::llm::ToolSpec;
+use crate::secret::Secret;
+
+pub struct Tool {
+    pub name: String,
+    pub label: String,
+    pub description: String,
+    pub policy: Policy,
+    pub url: String,
+    pub timeout: Duration,
+    pub secret: Option<Secret>,
+    pub schema: serde_json::Value,
+    validator: jsonschema::Validator,
+    /// SHA-256 of the canonical configuration (policy, executor, schema): a pending
+    /// card whose tool changed since it was signed is refused as stale.
+    pub digest: String,
+}
+
+impl Tool {
+    pub fn from_config(config: &ToolConfig) -> anyhow::Result<Tool> {
+        let validator = schema::compile(&config.input_schema).map_err(anyhow::Error::msg)?;
+        let canonical = serde_json_canonicalizer::to_string(&json!({
+            "name": config.name,
+            "policy": config.policy.as_str(),
+            "executor": {"url": config.url, "timeout_s": config.timeout_s, "secret_env": config.secret_env},
+            "schema": config.input_schema,
+        }))?;
+        Ok(Tool {
+            name: config.name.clone(),
+            label: config.label.clone(),
+            description: config.description.clone(),
+            policy: config.policy,
+            url: config.url.clone(),
+            timeout: Duration::from_secs_f64(config.timeout_s),
+            secret: config.secret.clone(),
+            schema: config.input_schema.clone(),
+            validator,
+            digest: hex::encode(Sha256::digest(canonical.as_bytes())),
+        })
+    }
+
+    /// Checks arguments against the input schema; the errors are for the model.
+    pub fn check_arguments(&self, arguments: &serde_json::Value) -> Result<(), String> {
+        schema::check_instance(&self.validator, arguments)
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: if self.description.is_empty() {
+                self.label.clone()
+            } else {
+                self.description.clone()
+            },
+            parameters: self.schema.clone(),
+        }
+    }
+}
+
+/// The tools of one site, by name.
+#[derive(Default)]
+pub struct Toolbox {
+    tools: Vec<Arc<Tool>>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Toolbox {
+    pub fn new(configs: &[ToolConfig]) -> anyhow::Result<Toolbox> {
+        let mut toolbox = Toolbox::default();
+        for config in configs {
+            toolbox
+                .by_name
+                .insert(config.name.clone(), toolbox.tools.len());
+            toolbox.tools.push(Arc::new(Tool::from_config(config)?));
+        }
+        Ok(toolbox)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {
+        self.by_name.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// The tools the model may call: every tool not `off`, less the withheld one.
+    pub fn offered(&self, withheld: Option<&str>) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .filter(|t| t.policy != Policy::Off && Some(t.name.as_str()) != withheld)
+            .map(|t| t.spec())
+            .collect()
+    }
+}

@@ -1,0 +1,57 @@
+//! `POST /v1/visitors` (SPEC §4): anonymous and verified visitor identities.
+
+pub mod token;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::{Json, Router};
+
+use crate::app::App;
+use crate::error::{ApiError, JsonBody};
+use crate::guard;
+use crate::wire::{VisitorRequest, VisitorResponse};
+
+pub fn router() -> Router<App> {
+    Router::new().route("/v1/visitors", post(create))
+}
+
+async fn create(
+    State(app): State<App>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<VisitorRequest>,
+) -> Result<Json<VisitorResponse>, ApiError> {
+    let site = app.site(&body.site).ok_or(ApiError::SiteNotFound)?.clone();
+    guard::check_origin(&site, &headers)?;
+    let now = app.clock.now_ms();
+    let (visitor, user_id) = match (body.user_id, body.user_hash) {
+        (None, None) => (app.store.create_visitor(&site.config.id, now).await?, None),
+        (Some(user_id), Some(hash)) => {
+            if user_id.is_empty() || user_id.len() > 256 {
+                return Err(ApiError::InvalidRequest(
+                    "user_id must be 1-256 characters".into(),
+                ));
+            }
+            guard::verify_user_hash(&site, &user_id, &hash)?;
+            (
+                app.store
+                    .visitor_for_user(&site.config.id, &user_id, now)
+                    .await?,
+                Some(user_id),
+            )
+        }
+        _ => {
+            return Err(ApiError::InvalidRequest(
+                "user_id and user_hash go together".into(),
+            ));
+        }
+    };
+    let claims = token::Claims {
+        site: site.config.id.clone(),
+        visitor: visitor.clone(),
+        user_id,
+        issued_at: now,
+    };
+    let token = token::issue(&app.keys.visitor_tokens, &claims);
+    Ok(Json(VisitorResponse { visitor, token }))
+}

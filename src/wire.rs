@@ -1,0 +1,253 @@
+//! Every type that crosses the public boundary: request bodies, stream events and the
+//! history JSON of SPEC §4, §5 and §11. A change here is a change of the public
+//! contract, so these types live together and nowhere else.
+
+use serde::{Deserialize, Serialize};
+
+// ---- requests -------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VisitorRequest {
+    pub site: String,
+    pub user_id: Option<String>,
+    pub user_hash: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VisitorResponse {
+    pub visitor: String,
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Confirm,
+    Cancel,
+}
+
+/// The body of `POST /v1/ask` as sent; `AskRequest::from_body` decides which form it is.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AskBody {
+    #[serde(default)]
+    pub conversation: Option<String>,
+    pub message: Option<String>,
+    pub call: Option<String>,
+    pub decision: Option<Decision>,
+    pub signature: Option<String>,
+}
+
+/// The two forms of an ask.
+#[derive(Debug)]
+pub enum AskRequest {
+    Question {
+        conversation: Option<String>,
+        message: String,
+    },
+    Answer {
+        conversation: String,
+        call: String,
+        decision: Decision,
+        signature: String,
+    },
+}
+
+impl AskRequest {
+    pub fn from_body(body: AskBody) -> Result<Self, String> {
+        let answer_fields =
+            body.call.is_some() || body.decision.is_some() || body.signature.is_some();
+        match (body.message, answer_fields) {
+            (Some(_), true) => Err("send either a message or an answer to a card, not both".into()),
+            (Some(message), false) => {
+                if message.trim().is_empty() {
+                    return Err("message must not be empty".into());
+                }
+                Ok(Self::Question {
+                    conversation: body.conversation,
+                    message,
+                })
+            }
+            (None, true) => {
+                let (Some(conversation), Some(call), Some(decision), Some(signature)) =
+                    (body.conversation, body.call, body.decision, body.signature)
+                else {
+                    return Err("an answer needs conversation, call, decision and signature".into());
+                };
+                Ok(Self::Answer {
+                    conversation,
+                    call,
+                    decision,
+                    signature,
+                })
+            }
+            (None, false) => Err("message is required".into()),
+        }
+    }
+}
+
+// ---- stream events (§5) ---------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    pub const ZERO: Usage = Usage {
+        input_tokens: 0,
+        output_tokens: 0,
+    };
+
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArgLine {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Citation {
+    pub n: u32,
+    pub title: String,
+    pub url: Option<String>,
+    pub snippet: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    Answered,
+    AwaitingConfirmation,
+    Failed,
+}
+
+impl TurnStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Answered => "answered",
+            TurnStatus::AwaitingConfirmation => "awaiting_confirmation",
+            TurnStatus::Failed => "failed",
+        }
+    }
+}
+
+/// One server-sent event of the ask stream.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum StreamEvent {
+    Decision {
+        call: String,
+        status: &'static str,
+    },
+    Turn {
+        conversation: String,
+        turn: String,
+        message: String,
+    },
+    Delta {
+        text: String,
+    },
+    Step {
+        call: String,
+        tool: String,
+        label: String,
+        status: &'static str,
+    },
+    Confirm {
+        call: String,
+        tool: String,
+        label: String,
+        arguments: Vec<ArgLine>,
+        expires_at: String,
+        signature: String,
+    },
+    Citations {
+        items: Vec<Citation>,
+    },
+    Error {
+        code: &'static str,
+        message: String,
+    },
+    Done {
+        status: TurnStatus,
+        usage: Usage,
+    },
+}
+
+impl StreamEvent {
+    /// The SSE `event:` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StreamEvent::Decision { .. } => "decision",
+            StreamEvent::Turn { .. } => "turn",
+            StreamEvent::Delta { .. } => "delta",
+            StreamEvent::Step { .. } => "step",
+            StreamEvent::Confirm { .. } => "confirm",
+            StreamEvent::Citations { .. } => "citations",
+            StreamEvent::Error { .. } => "error",
+            StreamEvent::Done { .. } => "done",
+        }
+    }
+}
+
+// ---- history (§11) --------------------------------------------------------------
+
+#[derive(Debug, Serialize)]
+pub struct ConversationView {
+    pub id: String,
+    pub messages: Vec<MessageView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MessageView {
+    pub id: String,
+    pub role: &'static str,
+    pub text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub citations: Option<Vec<Citation>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<StepView>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StepView {
+    pub call: String,
+    pub tool: String,
+    pub label: String,
+    pub kind: &'static str,
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Vec<ArgLine>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// Only a pending card carries its signature (§11).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// Present on confirmation steps: `null` until decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<Option<String>>,
+}
+
+// ---- errors ---------------------------------------------------------------------
+
+#[derive(Debug, Serialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorDetail {
+    pub code: &'static str,
+    pub message: String,
+}
