@@ -116,6 +116,7 @@ pub fn router(app: App) -> Router {
         .merge(crate::visitor::router())
         .merge(crate::ask::router())
         .merge(crate::conversation::router())
+        .fallback(|| async { crate::error::ApiError::NotFound })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(cors(&app))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))

@@ -96,8 +96,8 @@ fn init_logging() {
 }
 
 /// Why `serve` cannot start with this secret, if it cannot.
-pub fn secret_problem(config: &Config) -> Option<String> {
-    match &config.secret {
+pub fn secret_problem(secret: Option<&crate::secret::Secret>) -> Option<String> {
+    match secret {
         None => Some(format!(
             "BETTER_AUTH_SECRET is not set. Deskbell signs visitor tokens and confirmations with keys derived from it; \
              set it to at least {MIN_SECRET_BYTES} random bytes, for example: export BETTER_AUTH_SECRET=$(openssl rand -hex 32)"
@@ -118,7 +118,7 @@ async fn serve(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    if let Some(problem) = secret_problem(&config) {
+    if let Some(problem) = secret_problem(config.secret.as_ref()) {
         eprintln!("deskbell: {problem}");
         return Ok(ExitCode::from(2));
     }
@@ -140,7 +140,10 @@ fn check(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
             None
         }
     };
-    if let Some(problem) = config.as_ref().and_then(secret_problem) {
+    let secret = env
+        .get(crate::config::env::SECRET_VAR)
+        .map(crate::secret::Secret::new);
+    if let Some(problem) = secret_problem(secret.as_ref()) {
         lines.push(format!("{}: BETTER_AUTH_SECRET: {problem}", path.display()));
     }
     match (config, lines.is_empty()) {

@@ -40,6 +40,8 @@ pub enum ApiError {
     DailyBudgetExhausted(u64),
     #[error("the assistant's model could not be reached")]
     ProviderUnavailable,
+    #[error("no such endpoint")]
+    NotFound,
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -51,7 +53,7 @@ impl ApiError {
             InvalidRequest(_) => StatusCode::BAD_REQUEST,
             InvalidVisitorToken => StatusCode::UNAUTHORIZED,
             OriginNotAllowed | IdentityInvalid | SignatureInvalid => StatusCode::FORBIDDEN,
-            SiteNotFound | ConversationNotFound | CallNotFound => StatusCode::NOT_FOUND,
+            SiteNotFound | ConversationNotFound | CallNotFound | NotFound => StatusCode::NOT_FOUND,
             CallNotPending => StatusCode::CONFLICT,
             ConfirmationExpired => StatusCode::GONE,
             MessageTooLong(_) | BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -81,6 +83,7 @@ impl ApiError {
             TooManyStreams(_) => "too_many_streams",
             DailyBudgetExhausted(_) => "daily_budget_exhausted",
             ProviderUnavailable => "provider_unavailable",
+            NotFound => "not_found",
             Internal(_) => "internal_error",
         }
     }

@@ -4,7 +4,7 @@
 //! keys are errors, reported with their path), and `validate` collects *every*
 //! semantic problem so that `deskbell check` can report them all at once.
 
-mod env;
+pub mod env;
 mod validate;
 
 pub use env::Env;

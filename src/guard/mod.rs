@@ -21,25 +21,21 @@ pub struct Caller {
 
 /// Runs the guards for a visitor call and returns who is calling.
 pub fn admit(app: &App, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    // An Origin header is required before anything else is looked at.
-    let origin_present = headers.contains_key(header::ORIGIN) || same_origin_fetch(headers);
-    if !origin_present {
+    // The origin comes first: it decides which sites the request may speak for.
+    let origins = request_origins(headers)?;
+    let listed = |site: &Site| site.config.origins.iter().any(|o| origins.contains(o));
+    if !app.sites.values().any(|s| listed(s)) {
         return Err(ApiError::OriginNotAllowed);
     }
     let raw = bearer(headers).ok_or(ApiError::InvalidVisitorToken)?;
-    // The site named by the token decides which origins are allowed; the token itself
-    // is verified right after, before anything else is trusted.
-    let unverified = token::peek(raw).ok_or(ApiError::InvalidVisitorToken)?;
-    let site = app
-        .site(&unverified.site)
-        .ok_or(ApiError::InvalidVisitorToken)?
-        .clone();
-    check_origin(&site, headers)?;
     let claims: Claims =
         token::verify(&app.keys.visitor_tokens, raw).ok_or(ApiError::InvalidVisitorToken)?;
-    if claims.site != site.config.id {
-        return Err(ApiError::InvalidVisitorToken);
-    }
+    // A valid token of a site that this origin does not serve is another site's.
+    let site = app
+        .site(&claims.site)
+        .filter(|s| listed(s))
+        .ok_or(ApiError::InvalidVisitorToken)?
+        .clone();
     if site.config.require_verified_identity && claims.user_id.is_none() {
         return Err(ApiError::IdentityInvalid);
     }
@@ -52,31 +48,27 @@ pub fn admit(app: &App, headers: &HeaderMap) -> Result<Caller, ApiError> {
 
 /// The `Origin` must be listed for the site, exactly (scheme, host and port).
 pub fn check_origin(site: &Site, headers: &HeaderMap) -> Result<(), ApiError> {
-    let origin = match headers.get(header::ORIGIN) {
-        Some(value) => value
-            .to_str()
-            .map_err(|_| ApiError::OriginNotAllowed)?
-            .to_string(),
-        // Browsers omit Origin on same-origin GETs; they also set Sec-Fetch-Site,
-        // which page scripts cannot forge. Then the page's origin is this server's.
-        None if same_origin_fetch(headers) => {
-            let host = headers
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .ok_or(ApiError::OriginNotAllowed)?;
-            let candidates = [format!("http://{host}"), format!("https://{host}")];
-            return match site.config.origins.iter().any(|o| candidates.contains(o)) {
-                true => Ok(()),
-                false => Err(ApiError::OriginNotAllowed),
-            };
-        }
-        None => return Err(ApiError::OriginNotAllowed),
-    };
-    if site.config.origins.iter().any(|o| *o == origin) {
-        Ok(())
-    } else {
-        Err(ApiError::OriginNotAllowed)
+    let origins = request_origins(headers)?;
+    match site.config.origins.iter().any(|o| origins.contains(o)) {
+        true => Ok(()),
+        false => Err(ApiError::OriginNotAllowed),
     }
+}
+
+/// The origin the request came from. Browsers omit `Origin` on same-origin GETs but
+/// then send `Sec-Fetch-Site: same-origin`, which page scripts cannot forge; the
+/// page's origin is then this server's own, over http or https.
+fn request_origins(headers: &HeaderMap) -> Result<Vec<String>, ApiError> {
+    if let Some(value) = headers.get(header::ORIGIN) {
+        let origin = value.to_str().map_err(|_| ApiError::OriginNotAllowed)?;
+        return Ok(vec![origin.to_string()]);
+    }
+    if same_origin_fetch(headers) {
+        if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+            return Ok(vec![format!("http://{host}"), format!("https://{host}")]);
+        }
+    }
+    Err(ApiError::OriginNotAllowed)
 }
 
 fn same_origin_fetch(headers: &HeaderMap) -> bool {

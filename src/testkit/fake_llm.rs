@@ -188,6 +188,9 @@ async fn play(script: Vec<Piece>, tx: mpsc::Sender<Result<Bytes, std::io::Error>
             Piece::Usage { input, output } => usage = Some((input, output)),
             Piece::Pause(d) => tokio::time::sleep(d).await,
             Piece::Cut => {
+                // Give the server time to flush what was sent: an error aborts the
+                // connection and would discard buffered chunks.
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 let _ = tx.send(Err(std::io::Error::other("cut"))).await;
                 return;
             }

@@ -1,0 +1,164 @@
+use std::process::Command;
+
+fn deskbell() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_deskbell"));
+    c.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    c
+}
+
+#[test]
+fn check_reports_every_problem_with_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        r#"
+[server]
+bind = "nowhere"
+
+[[site]]
+id = "acme"
+origins = ["https://acme.example/shop", "*"]
+
+[[site.tool]]
+name = "t"
+label = ""
+policy = "auto"
+url = "ftp://x"
+input_schema = { type = "object", properties = { a = { type = "nonsense" } } }
+
+[[site.tool]]
+name = "t"
+label = "dup"
+policy = "confirm"
+url = "http://127.0.0.1:9/x"
+"#,
+    )
+    .unwrap();
+    let out = deskbell()
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for key in [
+        "server.bind",
+        "site[0].origins[0]",
+        "site[0].origins[1]",
+        "site[0].tool[0].label",
+        "site[0].tool[0].url",
+        "site[0].tool[0].input_schema",
+        "site[0].tool[1].name",
+        "BETTER_AUTH_SECRET",
+    ] {
+        assert!(
+            err.contains(&format!("bad.toml: {key}")),
+            "missing {key} in:\n{err}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_key_is_an_error_naming_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typo.toml");
+    std::fs::write(
+        &path,
+        "[[site]]\nid = \"acme\"\n[site.limits]\nrequests_per_minit = 5\n",
+    )
+    .unwrap();
+    let out = deskbell()
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("typo.toml: site[0].limits"), "{err}");
+    assert!(err.contains("requests_per_minit"), "{err}");
+}
+
+#[test]
+fn a_valid_config_checks_ok() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ok.toml");
+    std::fs::write(
+        &path,
+        "[[site]]\nid = \"acme\"\norigins = [\"https://acme.example\"]\n",
+    )
+    .unwrap();
+    let out = deskbell()
+        .args(["check", "--config"])
+        .arg(&path)
+        .env("BETTER_AUTH_SECRET", "0123456789abcdef0123456789abcdef")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn serve_refuses_to_start_without_a_long_enough_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ok.toml");
+    std::fs::write(
+        &path,
+        "[[site]]\nid = \"acme\"\norigins = [\"https://acme.example\"]\n",
+    )
+    .unwrap();
+    let out = deskbell()
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("BETTER_AUTH_SECRET is not set"));
+    let out = deskbell()
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("BETTER_AUTH_SECRET", "short")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("at least 32 bytes") && !err.contains("short"),
+        "the secret itself is never printed: {err}"
+    );
+}
+
+#[test]
+fn environment_variables_override_the_file() {
+    let config = deskbell::config::Config::from_toml(
+        "[server]\nbind = \"127.0.0.1:1\"\n[[site]]\nid = \"a\"\n",
+        "f",
+        &deskbell::config::Env::empty()
+            .with("DESKBELL_BIND", "127.0.0.1:9999")
+            .with("DESKBELL_DATABASE_URL", "postgres://db/x")
+            .with("DESKBELL_LLM_BASE_URL", "http://llm.local/v1")
+            .with("DESKBELL_LLM_MODEL", "m")
+            .with("DESKBELL_ACTION_APPROVAL_TTL_MIN", "0.05"),
+    )
+    .unwrap();
+    assert_eq!(config.server.bind, "127.0.0.1:9999");
+    assert_eq!(config.server.database_url(), "postgres://db/x");
+    assert_eq!(config.llm.base_url, "http://llm.local/v1");
+    assert_eq!(config.llm.model, "m");
+    assert_eq!(config.approval_ttl, std::time::Duration::from_secs(3));
+    let bad = deskbell::config::Config::from_toml(
+        "[[site]]\nid = \"a\"\n",
+        "f",
+        &deskbell::config::Env::empty().with("DESKBELL_ACTION_APPROVAL_TTL_MIN", "-1"),
+    );
+    assert!(
+        bad.unwrap_err()
+            .to_string()
+            .contains("DESKBELL_ACTION_APPROVAL_TTL_MIN")
+    );
+}

@@ -1,0 +1,9 @@
+//! Integration tests: the real app over HTTP on port 0, a fresh database each.
+
+mod ask;
+mod cli;
+mod confirm;
+mod guards;
+mod postgres;
+mod support;
+mod visitors;

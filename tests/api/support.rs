@@ -1,0 +1,356 @@
+//! Drives the real app over HTTP on port 0, with a fresh database, a scripted model
+//! server and a recording tool endpoint for every test.
+
+use std::sync::Arc;
+
+use deskbell::app::{self, App, Overrides};
+use deskbell::clock::ManualClock;
+use deskbell::config::{Config, Env};
+use deskbell::testkit::{FakeLlm, Webhook};
+use serde_json::Value;
+
+pub const ORIGIN: &str = "https://shop.example";
+pub const SECRET: &str = "test-master-secret-0123456789-abcdefghijklmnop";
+pub const TOOL_SECRET: &str = "tool-webhook-secret";
+pub const IDENTITY_SECRET: &str = "acme-identity-secret";
+
+pub struct TestApp {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub llm: FakeLlm,
+    pub hook: Webhook,
+    pub clock: Arc<ManualClock>,
+    pub app: App,
+    pub database_url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// A finished response: JSON for errors, parsed events for streams.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub events: Vec<(String, Value)>,
+    pub json: Value,
+}
+
+impl Reply {
+    pub fn names(&self) -> Vec<&str> {
+        self.events.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    pub fn event(&self, name: &str) -> &Value {
+        self.events
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .unwrap_or_else(|| panic!("no {name} event in {:?}", self.names()))
+    }
+
+    pub fn all(&self, name: &str) -> Vec<&Value> {
+        self.events
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    pub fn text(&self) -> String {
+        self.all("delta")
+            .iter()
+            .map(|d| d["text"].as_str().unwrap_or_default())
+            .collect()
+    }
+
+    pub fn code(&self) -> &str {
+        self.json["error"]["code"].as_str().unwrap_or_default()
+    }
+
+    pub fn conversation(&self) -> String {
+        self.event("turn")["conversation"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+}
+
+pub fn config_text(llm: &FakeLlm, hook: &Webhook) -> String {
+    format!(
+        r#"
+[llm]
+base_url = "{llm}"
+model = "fake"
+idle_timeout_s = 2
+connect_timeout_s = 2
+max_retries = 2
+
+[[site]]
+id = "acme"
+name = "Acme"
+origins = ["{ORIGIN}", "http://localhost:3000"]
+instructions = "Be helpful."
+identity_secret_env = "ACME_IDENTITY_SECRET"
+
+[[site.tool]]
+name = "lookup_order"
+label = "Look up an order"
+policy = "auto"
+url = "{lookup}"
+input_schema = {{ type = "object", required = ["order_id"], properties = {{ order_id = {{ type = "integer" }} }} }}
+
+[[site.tool]]
+name = "cancel_order"
+label = "Cancel an order"
+description = "Cancel an order that has not shipped."
+policy = "confirm"
+url = "{cancel}"
+secret_env = "TOOL_SECRET"
+input_schema = {{ type = "object", required = ["order_id"], properties = {{ order_id = {{ type = "integer", title = "Order ID" }}, reason = {{ type = "string" }} }} }}
+
+[[site.tool]]
+name = "refund"
+label = "Refund a payment"
+policy = "confirm"
+url = "{refund}"
+input_schema = {{ type = "object", properties = {{ amount = {{ type = "number" }} }} }}
+
+[[site.tool]]
+name = "delete_account"
+label = "Delete the account"
+policy = "off"
+url = "{delete}"
+
+[[site]]
+id = "other"
+origins = ["https://other.example"]
+"#,
+        llm = llm.base_url,
+        lookup = hook.url("/lookup"),
+        cancel = hook.url("/cancel"),
+        refund = hook.url("/refund"),
+        delete = hook.url("/delete"),
+    )
+}
+
+pub fn env() -> Env {
+    Env::empty()
+        .with("BETTER_AUTH_SECRET", SECRET)
+        .with("TOOL_SECRET", TOOL_SECRET)
+        .with("ACME_IDENTITY_SECRET", IDENTITY_SECRET)
+}
+
+impl TestApp {
+    pub async fn start() -> TestApp {
+        Self::with(|_| {}).await
+    }
+
+    /// Starts an app whose configuration `edit` may change first.
+    pub async fn with(edit: impl FnOnce(&mut Config)) -> TestApp {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("deskbell.db").display());
+        let llm = FakeLlm::start().await.unwrap();
+        let hook = Webhook::start().await.unwrap();
+        Self::on(
+            url,
+            Some(dir),
+            llm,
+            hook,
+            Arc::new(ManualClock::starting_now()),
+            edit,
+        )
+        .await
+    }
+
+    /// Starts an app on a given database, model, endpoint and clock (a second replica).
+    pub async fn on(
+        database_url: String,
+        dir: Option<tempfile::TempDir>,
+        llm: FakeLlm,
+        hook: Webhook,
+        clock: Arc<ManualClock>,
+        edit: impl FnOnce(&mut Config),
+    ) -> TestApp {
+        let mut config = Config::from_toml(&config_text(&llm, &hook), "test.toml", &env()).unwrap();
+        config.server.database_url = Some(database_url.clone());
+        edit(&mut config);
+        let overrides = Overrides {
+            clock: Some(clock.clone()),
+            provider: None,
+        };
+        let app = app::build(config, overrides).await.unwrap();
+        let router = app::router(app.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            )
+            .into_future(),
+        );
+        TestApp {
+            base,
+            http: reqwest::Client::new(),
+            llm,
+            hook,
+            clock,
+            app,
+            database_url,
+            _dir: dir,
+        }
+    }
+
+    pub async fn visitor(&self) -> String {
+        self.visitor_for("acme").await
+    }
+
+    pub async fn visitor_for(&self, site: &str) -> String {
+        let origin = if site == "acme" {
+            ORIGIN
+        } else {
+            "https://other.example"
+        };
+        let r = self
+            .post(
+                "/v1/visitors",
+                None,
+                origin,
+                serde_json::json!({"site": site}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{:?}", r.json);
+        r.json["token"].as_str().unwrap().to_string()
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>, origin: &str, body: Value) -> Reply {
+        self.post_raw(path, token, Some(origin), body.to_string())
+            .await
+    }
+
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        origin: Option<&str>,
+        body: String,
+    ) -> Reply {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(origin) = origin {
+            req = req.header("origin", origin);
+        }
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        read(req.send().await.unwrap()).await
+    }
+
+    pub async fn ask(&self, token: &str, body: Value) -> Reply {
+        self.post("/v1/ask", Some(token), ORIGIN, body).await
+    }
+
+    pub async fn question(&self, token: &str, conversation: Option<&str>, message: &str) -> Reply {
+        self.ask(
+            token,
+            serde_json::json!({"conversation": conversation, "message": message}),
+        )
+        .await
+    }
+
+    /// Answers a card with the call and signature of a `confirm` event.
+    pub async fn answer(
+        &self,
+        token: &str,
+        conversation: &str,
+        card: &Value,
+        decision: &str,
+    ) -> Reply {
+        let body = serde_json::json!({"conversation": conversation, "call": card["call"], "decision": decision, "signature": card["signature"]});
+        self.ask(token, body).await
+    }
+
+    pub async fn history(&self, token: &str, conversation: &str) -> Reply {
+        let req = self
+            .http
+            .get(format!("{}/v1/conversations/{conversation}", self.base))
+            .header("origin", ORIGIN)
+            .bearer_auth(token);
+        read(req.send().await.unwrap()).await
+    }
+
+    pub async fn audit(&self) -> Vec<deskbell::store::AuditRow> {
+        self.app.store.audit_rows(None).await.unwrap()
+    }
+
+    /// Audit events of one call, in order.
+    pub async fn audit_events(&self, call: &str) -> Vec<String> {
+        let rows = self.app.store.audit_for_call(call).await.unwrap();
+        rows.iter()
+            .map(|r| match &r.reason {
+                Some(reason) => format!("{}:{reason}", r.event),
+                None => r.event.to_string(),
+            })
+            .collect()
+    }
+
+    /// Waits until running turns are finished and saved (for disconnect tests).
+    pub async fn settle(&self) {
+        for _ in 0..200 {
+            if self.app.turns.is_empty() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("turns did not finish");
+    }
+}
+
+pub async fn read(response: reqwest::Response) -> Reply {
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let is_stream = headers
+        .get("content-type")
+        .is_some_and(|v| v.to_str().unwrap_or("").starts_with("text/event-stream"));
+    let text = response.text().await.unwrap();
+    if is_stream {
+        Reply {
+            status,
+            headers,
+            events: parse_sse(&text),
+            json: Value::Null,
+        }
+    } else {
+        Reply {
+            status,
+            headers,
+            events: Vec::new(),
+            json: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        }
+    }
+}
+
+pub fn parse_sse(text: &str) -> Vec<(String, Value)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let mut name = None;
+            let mut data = None;
+            for line in block.lines() {
+                if let Some(n) = line
+                    .strip_prefix("event: ")
+                    .or_else(|| line.strip_prefix("event:"))
+                {
+                    name = Some(n.trim().to_string());
+                } else if let Some(d) = line
+                    .strip_prefix("data: ")
+                    .or_else(|| line.strip_prefix("data:"))
+                {
+                    data = Some(serde_json::from_str(d.trim()).unwrap());
+                }
+            }
+            Some((name?, data?))
+        })
+        .collect()
+}
