@@ -1,1 +1,100 @@
+use super::{Config, Env};
 
+fn env() -> Env {
+    Env::empty().with("BETTER_AUTH_SECRET", "0123456789abcdef0123456789abcdef")
+}
+
+fn problems(text: &str) -> Vec<String> {
+    match Config::from_toml(text, "f.toml", &env()) {
+        Ok(_) => Vec::new(),
+        Err(e) => e.problems.iter().map(|p| format!("{}: {}", p.key, p.reason)).collect(),
+    }
+}
+
+#[test]
+fn the_example_of_the_spec_is_valid() {
+    let text = r#"
+[server]
+bind = "127.0.0.1:8080"
+data_dir = "./deskbell-data"
+database_url = "sqlite://./deskbell-data/deskbell.db"
+trusted_proxies = []
+
+[llm]
+provider = "openai"
+base_url = "https://api.openai.com/v1"
+model = "gpt-4o-mini"
+api_key_env = "OPENAI_API_KEY"
+max_output_tokens = 1024
+
+[[site]]
+id = "acme"
+name = "Acme Store"
+origins = ["https://acme.example"]
+instructions = "You are Acme's support assistant."
+knowledge = ["./docs"]
+identity_secret_env = "ACME_IDENTITY_SECRET"
+require_verified_identity = false
+
+[site.limits]
+requests_per_minute = 20
+requests_per_minute_per_ip = 60
+daily_token_budget = 1000000
+concurrent_streams_per_visitor = 2
+concurrent_streams = 200
+max_message_chars = 4000
+
+[[site.tool]]
+name = "cancel_order"
+label = "Cancel an order"
+description = "Cancel an order that has not shipped yet."
+policy = "confirm"
+url = "http://127.0.0.1:9000/cancel"
+timeout_s = 10
+secret_env = "ACME_TOOLS_SECRET"
+input_schema = { type = "object", required = ["order_id"], properties = { order_id = { type = "integer", title = "Order ID" } } }
+"#;
+    let env = env().with("ACME_IDENTITY_SECRET", "i").with("ACME_TOOLS_SECRET", "t").with("OPENAI_API_KEY", "sk-very-secret-key");
+    let config = Config::from_toml(text, "spec.toml", &env).map_err(|e| e.to_string()).unwrap();
+    assert_eq!(config.sites[0].tools[0].policy, super::Policy::Confirm);
+    assert!(config.llm.api_key.is_some());
+    assert!(!format!("{config:?}").contains("very-secret"), "secrets never print");
+}
+
+#[test]
+fn a_missing_secret_variable_is_named() {
+    let found = problems("[[site]]\nid = \"a\"\nidentity_secret_env = \"NOPE\"\n");
+    assert_eq!(found, ["site[0].identity_secret_env: the variable NOPE is not set"]);
+}
+
+#[test]
+fn wrong_types_and_missing_keys_name_their_path() {
+    let found = problems("[[site]]\nid = \"a\"\n[[site.tool]]\nname = \"t\"\nlabel = \"T\"\npolicy = \"sometimes\"\nurl = \"http://x\"\n");
+    assert_eq!(found.len(), 1);
+    assert!(found[0].starts_with("site[0].tool[0].policy"), "{found:?}");
+    let found = problems("[[site]]\nid = 5\n");
+    assert!(found[0].starts_with("site[0].id"), "{found:?}");
+}
+
+#[test]
+fn a_tool_schema_must_describe_an_object() {
+    let found = problems("[[site]]\nid = \"a\"\n[[site.tool]]\nname = \"t\"\nlabel = \"T\"\npolicy = \"auto\"\nurl = \"http://x\"\ninput_schema = { type = \"string\" }\n");
+    assert!(found[0].starts_with("site[0].tool[0].input_schema"), "{found:?}");
+}
+
+#[test]
+fn duplicate_sites_and_zero_limits_are_problems() {
+    let found = problems("[[site]]\nid = \"a\"\n[site.limits]\nmax_message_chars = 0\n[[site]]\nid = \"a\"\n");
+    assert!(found.iter().any(|p| p.starts_with("site[1].id")), "{found:?}");
+    assert!(found.iter().any(|p| p.starts_with("site[0].limits.max_message_chars")), "{found:?}");
+}
+
+#[test]
+fn ttl_minutes_accept_decimals_and_refuse_the_rest() {
+    use super::env::parse_ttl_minutes;
+    assert_eq!(parse_ttl_minutes("10"), Some(std::time::Duration::from_secs(600)));
+    assert_eq!(parse_ttl_minutes("0.05"), Some(std::time::Duration::from_secs(3)));
+    for bad in ["0", "-1", "abc", "NaN", "inf", ""] {
+        assert_eq!(parse_ttl_minutes(bad), None, "{bad}");
+    }
+}

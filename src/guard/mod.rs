@@ -63,10 +63,10 @@ fn request_origins(headers: &HeaderMap) -> Result<Vec<String>, ApiError> {
         let origin = value.to_str().map_err(|_| ApiError::OriginNotAllowed)?;
         return Ok(vec![origin.to_string()]);
     }
-    if same_origin_fetch(headers) {
-        if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
-            return Ok(vec![format!("http://{host}"), format!("https://{host}")]);
-        }
+    if same_origin_fetch(headers)
+        && let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok())
+    {
+        return Ok(vec![format!("http://{host}"), format!("https://{host}")]);
     }
     Err(ApiError::OriginNotAllowed)
 }

@@ -5,7 +5,7 @@
 //! (a remote API today, an embedded model later) plugs in the same way.
 
 pub mod chunks;
-mod openai;
+pub(crate) mod openai;
 
 pub use openai::OpenAiProvider;
 

@@ -8,7 +8,7 @@ use crate::wire::ArgLine;
 
 /// Words written in capitals wherever they stand in a key.
 const INITIALISMS: &[&str] = &[
-    "id", "ids", "url", "uri", "ip", "sku", "api", "uuid", "vat", "iban", "bic", "pin", "otp",
+    "id", "url", "uri", "ip", "sku", "api", "uuid", "vat", "iban", "bic", "pin", "otp",
     "sms", "utc", "eta", "json", "html", "http", "https", "pdf", "csv", "usd", "eur", "gbp", "iso",
     "ssn", "dob", "po",
 ];
@@ -129,8 +129,11 @@ pub fn words(key: &str) -> String {
         .enumerate()
         .map(|(i, part)| {
             let lower = part.to_lowercase();
+            let plural_stem = lower.strip_suffix('s').filter(|stem| INITIALISMS.contains(stem));
             if INITIALISMS.contains(&lower.as_str()) {
                 lower.to_uppercase()
+            } else if let Some(stem) = plural_stem {
+                format!("{}s", stem.to_uppercase())
             } else if i == 0 {
                 let mut cs = lower.chars();
                 cs.next()
