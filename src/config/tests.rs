@@ -7,7 +7,11 @@ fn env() -> Env {
 fn problems(text: &str) -> Vec<String> {
     match Config::from_toml(text, "f.toml", &env()) {
         Ok(_) => Vec::new(),
-        Err(e) => e.problems.iter().map(|p| format!("{}: {}", p.key, p.reason)).collect(),
+        Err(e) => e
+            .problems
+            .iter()
+            .map(|p| format!("{}: {}", p.key, p.reason))
+            .collect(),
     }
 }
 
@@ -54,22 +58,35 @@ timeout_s = 10
 secret_env = "ACME_TOOLS_SECRET"
 input_schema = { type = "object", required = ["order_id"], properties = { order_id = { type = "integer", title = "Order ID" } } }
 "#;
-    let env = env().with("ACME_IDENTITY_SECRET", "i").with("ACME_TOOLS_SECRET", "t").with("OPENAI_API_KEY", "sk-very-secret-key");
-    let config = Config::from_toml(text, "spec.toml", &env).map_err(|e| e.to_string()).unwrap();
+    let env = env()
+        .with("ACME_IDENTITY_SECRET", "i")
+        .with("ACME_TOOLS_SECRET", "t")
+        .with("OPENAI_API_KEY", "sk-very-secret-key");
+    let config = Config::from_toml(text, "spec.toml", &env)
+        .map_err(|e| e.to_string())
+        .unwrap();
     assert_eq!(config.sites[0].tools[0].policy, super::Policy::Confirm);
     assert!(config.llm.api_key.is_some());
-    assert!(!format!("{config:?}").contains("very-secret"), "secrets never print");
+    assert!(
+        !format!("{config:?}").contains("very-secret"),
+        "secrets never print"
+    );
 }
 
 #[test]
 fn a_missing_secret_variable_is_named() {
     let found = problems("[[site]]\nid = \"a\"\nidentity_secret_env = \"NOPE\"\n");
-    assert_eq!(found, ["site[0].identity_secret_env: the variable NOPE is not set"]);
+    assert_eq!(
+        found,
+        ["site[0].identity_secret_env: the variable NOPE is not set"]
+    );
 }
 
 #[test]
 fn wrong_types_and_missing_keys_name_their_path() {
-    let found = problems("[[site]]\nid = \"a\"\n[[site.tool]]\nname = \"t\"\nlabel = \"T\"\npolicy = \"sometimes\"\nurl = \"http://x\"\n");
+    let found = problems(
+        "[[site]]\nid = \"a\"\n[[site.tool]]\nname = \"t\"\nlabel = \"T\"\npolicy = \"sometimes\"\nurl = \"http://x\"\n",
+    );
     assert_eq!(found.len(), 1);
     assert!(found[0].starts_with("site[0].tool[0].policy"), "{found:?}");
     let found = problems("[[site]]\nid = 5\n");
@@ -78,22 +95,43 @@ fn wrong_types_and_missing_keys_name_their_path() {
 
 #[test]
 fn a_tool_schema_must_describe_an_object() {
-    let found = problems("[[site]]\nid = \"a\"\n[[site.tool]]\nname = \"t\"\nlabel = \"T\"\npolicy = \"auto\"\nurl = \"http://x\"\ninput_schema = { type = \"string\" }\n");
-    assert!(found[0].starts_with("site[0].tool[0].input_schema"), "{found:?}");
+    let found = problems(
+        "[[site]]\nid = \"a\"\n[[site.tool]]\nname = \"t\"\nlabel = \"T\"\npolicy = \"auto\"\nurl = \"http://x\"\ninput_schema = { type = \"string\" }\n",
+    );
+    assert!(
+        found[0].starts_with("site[0].tool[0].input_schema"),
+        "{found:?}"
+    );
 }
 
 #[test]
 fn duplicate_sites_and_zero_limits_are_problems() {
-    let found = problems("[[site]]\nid = \"a\"\n[site.limits]\nmax_message_chars = 0\n[[site]]\nid = \"a\"\n");
-    assert!(found.iter().any(|p| p.starts_with("site[1].id")), "{found:?}");
-    assert!(found.iter().any(|p| p.starts_with("site[0].limits.max_message_chars")), "{found:?}");
+    let found = problems(
+        "[[site]]\nid = \"a\"\n[site.limits]\nmax_message_chars = 0\n[[site]]\nid = \"a\"\n",
+    );
+    assert!(
+        found.iter().any(|p| p.starts_with("site[1].id")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p.starts_with("site[0].limits.max_message_chars")),
+        "{found:?}"
+    );
 }
 
 #[test]
 fn ttl_minutes_accept_decimals_and_refuse_the_rest() {
     use super::env::parse_ttl_minutes;
-    assert_eq!(parse_ttl_minutes("10"), Some(std::time::Duration::from_secs(600)));
-    assert_eq!(parse_ttl_minutes("0.05"), Some(std::time::Duration::from_secs(3)));
+    assert_eq!(
+        parse_ttl_minutes("10"),
+        Some(std::time::Duration::from_secs(600))
+    );
+    assert_eq!(
+        parse_ttl_minutes("0.05"),
+        Some(std::time::Duration::from_secs(3))
+    );
     for bad in ["0", "-1", "abc", "NaN", "inf", ""] {
         assert_eq!(parse_ttl_minutes(bad), None, "{bad}");
     }

@@ -84,7 +84,9 @@ impl Store {
 fn prepare_sqlite_url(url: &str) -> anyhow::Result<String> {
     let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
     let path = rest.split('?').next().unwrap_or_default();
-    let parent = Path::new(path).parent().filter(|p| !p.as_os_str().is_empty());
+    let parent = Path::new(path)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty());
     if let Some(parent) = parent.filter(|_| path != ":memory:") {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("cannot create the data folder {}", parent.display()))?;

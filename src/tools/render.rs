@@ -8,9 +8,9 @@ use crate::wire::ArgLine;
 
 /// Words written in capitals wherever they stand in a key.
 const INITIALISMS: &[&str] = &[
-    "id", "url", "uri", "ip", "sku", "api", "uuid", "vat", "iban", "bic", "pin", "otp",
-    "sms", "utc", "eta", "json", "html", "http", "https", "pdf", "csv", "usd", "eur", "gbp", "iso",
-    "ssn", "dob", "po",
+    "id", "url", "uri", "ip", "sku", "api", "uuid", "vat", "iban", "bic", "pin", "otp", "sms",
+    "utc", "eta", "json", "html", "http", "https", "pdf", "csv", "usd", "eur", "gbp", "iso", "ssn",
+    "dob", "po",
 ];
 
 /// One line per argument, in the order of the schema's properties, then any other
@@ -129,7 +129,9 @@ pub fn words(key: &str) -> String {
         .enumerate()
         .map(|(i, part)| {
             let lower = part.to_lowercase();
-            let plural_stem = lower.strip_suffix('s').filter(|stem| INITIALISMS.contains(stem));
+            let plural_stem = lower
+                .strip_suffix('s')
+                .filter(|stem| INITIALISMS.contains(stem));
             if INITIALISMS.contains(&lower.as_str()) {
                 lower.to_uppercase()
             } else if let Some(stem) = plural_stem {

@@ -10,11 +10,17 @@ use serde_json::json;
 use crate::support::TestApp;
 
 async fn fresh_database() -> String {
-    let server = std::env::var("DESKBELL_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+    let server = std::env::var("DESKBELL_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
     sqlx::any::install_default_drivers();
-    let admin = sqlx::AnyPool::connect(&format!("{server}/postgres")).await.expect("PostgreSQL must be running for these tests");
+    let admin = sqlx::AnyPool::connect(&format!("{server}/postgres"))
+        .await
+        .expect("PostgreSQL must be running for these tests");
     let name = format!("deskbell_test_{}", uuid::Uuid::now_v7().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
     format!("{server}/{name}")
 }
 
@@ -22,14 +28,25 @@ async fn start_on_postgres() -> TestApp {
     let url = fresh_database().await;
     let llm = FakeLlm::start().await.unwrap();
     let hook = Webhook::start().await.unwrap();
-    TestApp::on(url, None, llm, hook, Arc::new(ManualClock::starting_now()), |_| {}).await
+    TestApp::on(
+        url,
+        None,
+        llm,
+        hook,
+        Arc::new(ManualClock::starting_now()),
+        |_| {},
+    )
+    .await
 }
 
 #[tokio::test]
 async fn the_confirmation_flow_works_on_postgresql() {
     let t = start_on_postgres().await;
     let token = t.visitor().await;
-    t.llm.push(Script::tool_calls(&[("cancel_order", json!({"order_id": 42}))]));
+    t.llm.push(Script::tool_calls(&[(
+        "cancel_order",
+        json!({"order_id": 42}),
+    )]));
     let r = t.question(&token, None, "Cancel 42").await;
     let conversation = r.conversation();
     let card = r.event("confirm").clone();
@@ -37,7 +54,10 @@ async fn the_confirmation_flow_works_on_postgresql() {
     let done = t.answer(&token, &conversation, &card, "confirm").await;
     assert_eq!(done.event("done")["status"], "answered");
     assert_eq!(t.hook.calls().len(), 1);
-    assert_eq!(t.audit_events(card["call"].as_str().unwrap()).await, ["requested", "confirmed", "executed"]);
+    assert_eq!(
+        t.audit_events(card["call"].as_str().unwrap()).await,
+        ["requested", "confirmed", "executed"]
+    );
     let h = t.history(&token, &conversation).await.json;
     assert_eq!(h["messages"].as_array().unwrap().len(), 3);
     assert_eq!(h["messages"][1]["steps"][0]["status"], "confirmed");
@@ -48,12 +68,25 @@ async fn the_confirmation_flow_works_on_postgresql() {
 #[tokio::test]
 async fn replicas_sharing_postgresql_run_a_confirmed_call_once() {
     let t = start_on_postgres().await;
-    let replica = TestApp::on(t.database_url.clone(), None, t.llm.clone(), t.hook.clone(), t.clock.clone(), |_| {}).await;
+    let replica = TestApp::on(
+        t.database_url.clone(),
+        None,
+        t.llm.clone(),
+        t.hook.clone(),
+        t.clock.clone(),
+        |_| {},
+    )
+    .await;
     let token = t.visitor().await;
-    t.llm.push(Script::tool_calls(&[("cancel_order", json!({"order_id": 42}))]));
+    t.llm.push(Script::tool_calls(&[(
+        "cancel_order",
+        json!({"order_id": 42}),
+    )]));
     let r = t.question(&token, None, "Cancel 42").await;
     let (conversation, card) = (r.conversation(), r.event("confirm").clone());
-    let answers = (0..30).map(|i| if i % 2 == 0 { &t } else { &replica }.answer(&token, &conversation, &card, "confirm"));
+    let answers = (0..30).map(|i| {
+        if i % 2 == 0 { &t } else { &replica }.answer(&token, &conversation, &card, "confirm")
+    });
     let replies = futures_util::future::join_all(answers).await;
     assert_eq!(replies.iter().filter(|r| r.status == 200).count(), 1);
     assert_eq!(replies.iter().filter(|r| r.status == 409).count(), 29);
@@ -65,16 +98,35 @@ async fn replicas_sharing_postgresql_run_a_confirmed_call_once() {
 #[tokio::test]
 async fn verified_visitors_and_the_append_only_audit_hold_on_postgresql() {
     let t = start_on_postgres().await;
-    let hash = hex::encode(deskbell::secret::hmac_sha256(crate::support::IDENTITY_SECRET.as_bytes(), b"u1"));
+    let hash = hex::encode(deskbell::secret::hmac_sha256(
+        crate::support::IDENTITY_SECRET.as_bytes(),
+        b"u1",
+    ));
     let body = json!({"site": "acme", "user_id": "u1", "user_hash": hash});
     let a = t.post("/v1/visitors", None, crate::support::ORIGIN, body.clone());
     let b = t.post("/v1/visitors", None, crate::support::ORIGIN, body);
     let (a, b) = tokio::join!(a, b);
-    assert_eq!(a.json["visitor"], b.json["visitor"], "racing devices get one visitor");
+    assert_eq!(
+        a.json["visitor"], b.json["visitor"],
+        "racing devices get one visitor"
+    );
     let token = a.json["token"].as_str().unwrap();
-    t.llm.push(Script::tool_calls(&[("cancel_order", json!({"order_id": 1}))]));
+    t.llm.push(Script::tool_calls(&[(
+        "cancel_order",
+        json!({"order_id": 1}),
+    )]));
     t.question(token, None, "Cancel 1").await;
     let pool = sqlx::AnyPool::connect(&t.database_url).await.unwrap();
-    assert!(sqlx::query("UPDATE audit SET event = 'x'").execute(&pool).await.is_err());
-    assert!(sqlx::query("DELETE FROM audit").execute(&pool).await.is_err());
+    assert!(
+        sqlx::query("UPDATE audit SET event = 'x'")
+            .execute(&pool)
+            .await
+            .is_err()
+    );
+    assert!(
+        sqlx::query("DELETE FROM audit")
+            .execute(&pool)
+            .await
+            .is_err()
+    );
 }

@@ -25,13 +25,29 @@ fn body(text_pieces: &[String], calls: &[(String, Vec<String>)]) -> String {
     }
     for (i, (name, arg_pieces)) in calls.iter().enumerate() {
         let (head, tail) = name.split_at(name.len() / 2);
-        push(chunk(json!({"tool_calls": [{"index": i, "id": format!("id{i}"), "function": {"name": head, "arguments": ""}}]}), None));
-        push(chunk(json!({"tool_calls": [{"index": i, "function": {"name": tail}}]}), None));
+        push(chunk(
+            json!({"tool_calls": [{"index": i, "id": format!("id{i}"), "function": {"name": head, "arguments": ""}}]}),
+            None,
+        ));
+        push(chunk(
+            json!({"tool_calls": [{"index": i, "function": {"name": tail}}]}),
+            None,
+        ));
         for a in arg_pieces {
-            push(chunk(json!({"tool_calls": [{"index": i, "function": {"arguments": a}}]}), None));
+            push(chunk(
+                json!({"tool_calls": [{"index": i, "function": {"arguments": a}}]}),
+                None,
+            ));
         }
     }
-    push(chunk(json!({}), Some(if calls.is_empty() { "stop" } else { "tool_calls" })));
+    push(chunk(
+        json!({}),
+        Some(if calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        }),
+    ));
     push(json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}).to_string());
     out.push_str("data: [DONE]\n\n");
     out
@@ -44,7 +60,10 @@ async fn decode_in_pieces(body: &str, cuts: &[usize]) -> Vec<Result<ModelEvent, 
     points.push(bytes.len());
     points.sort_unstable();
     points.dedup();
-    let pieces: Vec<Result<Bytes, std::io::Error>> = points.windows(2).map(|w| Ok(Bytes::copy_from_slice(&bytes[w[0]..w[1]]))).collect();
+    let pieces: Vec<Result<Bytes, std::io::Error>> = points
+        .windows(2)
+        .map(|w| Ok(Bytes::copy_from_slice(&bytes[w[0]..w[1]])))
+        .collect();
     decode_sse(futures_util::stream::iter(pieces), Duration::from_secs(5))
         .map(|r| r.map_err(|e: ProviderError| e.to_string()))
         .collect()
@@ -52,7 +71,10 @@ async fn decode_in_pieces(body: &str, cuts: &[usize]) -> Vec<Result<ModelEvent, 
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 proptest! {
@@ -107,7 +129,9 @@ fn calls_without_an_index_are_told_apart_by_their_id() {
         d.push(&chunk(c, None)).unwrap();
     }
     let events = d.push("[DONE]").unwrap();
-    let ModelEvent::ToolCalls(calls) = &events[0] else { panic!("{events:?}") };
+    let ModelEvent::ToolCalls(calls) = &events[0] else {
+        panic!("{events:?}")
+    };
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[1].arguments, "{\"x\":1}");
 }
