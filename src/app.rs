@@ -2,7 +2,6 @@
 //! tests, benchmarks) builds in the same way.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,10 +13,13 @@ use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, SiteConfig};
+use crate::guard::rate::RateLimiter;
+use crate::guard::streams::StreamCaps;
 use crate::llm::{OpenAiProvider, Provider};
 use crate::secret::Keys;
 use crate::store::Store;
@@ -26,6 +28,8 @@ use crate::tools::http::Executor;
 
 /// Request bodies are small JSON documents; anything larger is refused early.
 const BODY_LIMIT: usize = 64 * 1024;
+/// A body must arrive within this, so a slow sender cannot hold a connection open.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct Site {
     pub config: SiteConfig,
@@ -48,6 +52,9 @@ pub struct AppState {
     pub executor: Executor,
     /// Turns run as tasks that outlive their request; shutdown waits for them.
     pub turns: TaskTracker,
+    pub rate: RateLimiter,
+    pub streams: Arc<StreamCaps>,
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 pub type App = Arc<AppState>;
@@ -86,6 +93,12 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         Some(p) => p,
         None => Arc::new(OpenAiProvider::new(&config.llm)?),
     };
+    let trusted_proxies = config
+        .server
+        .trusted_proxies
+        .iter()
+        .filter_map(|p| p.parse().ok())
+        .collect();
     let mut sites = HashMap::new();
     for site in &config.sites {
         let tools = Toolbox::new(&site.tools)?;
@@ -106,6 +119,9 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         provider,
         executor: Executor::new()?,
         turns: TaskTracker::new(),
+        rate: RateLimiter::default(),
+        streams: Arc::new(StreamCaps::default()),
+        trusted_proxies,
     }))
 }
 
@@ -118,6 +134,7 @@ pub fn router(app: App) -> Router {
         .merge(crate::conversation::router())
         .fallback(|| async { crate::error::ApiError::NotFound })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
         .layer(cors(&app))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::extract::Request| {
@@ -163,12 +180,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let sweeper = tokio::spawn(crate::confirm::expiry::sweep_forever(app.clone()));
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await?;
+    let header_timeout = Duration::from_secs_f64(app.config.server.header_read_timeout_s);
+    crate::server::run(listener, router, header_timeout, shutdown).await?;
     sweeper.abort();
     app.turns.close();
     if tokio::time::timeout(Duration::from_secs(30), app.turns.wait())

@@ -14,6 +14,7 @@ pub mod guard;
 pub mod ids;
 pub mod llm;
 pub mod secret;
+pub mod server;
 pub mod store;
 pub mod testkit;
 pub mod tools;

@@ -37,10 +37,11 @@ pub type Ready = oneshot::Sender<Result<(), ApiError>>;
 
 async fn ask(
     State(app): State<App>,
+    peer: guard::Peer,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
-    let caller = guard::admit(&app, &headers)?;
+    let caller = guard::admit(&app, &headers, peer)?;
     let body: AskBody =
         serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     let request = AskRequest::from_body(body).map_err(ApiError::InvalidRequest)?;
@@ -66,8 +67,9 @@ async fn ask(
                     return Err(ApiError::ConversationNotFound);
                 }
             }
+            let admission = guard::admit_turn(&app, &caller).await?;
             let span = tracing::info_span!("turn", site = %caller.site.config.id);
-            let turn = Turn::new(app.clone(), caller, sink, ready);
+            let turn = Turn::new(app.clone(), caller, admission, sink, ready);
             app.turns
                 .spawn(turn.question(conversation, message).instrument(span));
         }
@@ -79,8 +81,9 @@ async fn ask(
         } => {
             let verified =
                 confirm::verify_answer(&app, &caller, &conversation, &call, &signature).await?;
+            let admission = guard::admit_turn(&app, &caller).await?;
             let span = tracing::info_span!("turn", site = %caller.site.config.id, call = %verified.call.id);
-            let turn = Turn::new(app.clone(), caller, sink, ready);
+            let turn = Turn::new(app.clone(), caller, admission, sink, ready);
             app.turns
                 .spawn(turn.answer(verified, decision).instrument(span));
         }

@@ -8,7 +8,7 @@ use super::{Ready, Sink};
 use crate::app::App;
 use crate::confirm::Verified;
 use crate::error::ApiError;
-use crate::guard::Caller;
+use crate::guard::{Admission, Caller};
 use crate::ids::new_id;
 use crate::llm::{ChatMessage, ChatRequest, ModelEvent, ModelStream, ProviderError};
 use crate::store::{AuditRow, CallStatus, MessageRow};
@@ -40,6 +40,8 @@ pub(super) struct Bubble {
 pub struct Turn {
     pub(super) app: App,
     pub(super) caller: Caller,
+    /// The budget share and stream slot this turn holds until it ends.
+    admission: Option<Admission>,
     pub(super) sink: Sink,
     ready: Option<Ready>,
     pub(super) conversation: String,
@@ -54,10 +56,11 @@ pub struct Turn {
 }
 
 impl Turn {
-    pub fn new(app: App, caller: Caller, sink: Sink, ready: Ready) -> Self {
+    pub fn new(app: App, caller: Caller, admission: Admission, sink: Sink, ready: Ready) -> Self {
         Self {
             app,
             caller,
+            admission: Some(admission),
             sink,
             ready: Some(ready),
             conversation: String::new(),
@@ -74,12 +77,21 @@ impl Turn {
         if let Err(e) = self.run_question(conversation, message).await {
             self.abort(e).await;
         }
+        self.settle().await;
     }
 
     /// The answer to a card whose checks passed.
     pub async fn answer(mut self, verified: Verified, decision: Decision) {
         if let Err(e) = self.run_answer(verified, decision).await {
             self.abort(e).await;
+        }
+        self.settle().await;
+    }
+
+    /// Records the tokens spent against the budget and frees the stream slot.
+    async fn settle(&mut self) {
+        if let Some(admission) = self.admission.take() {
+            admission.settle(self.usage).await;
         }
     }
 
@@ -194,7 +206,12 @@ impl Turn {
         bubble: &mut Bubble,
         mut first: Option<ModelStream>,
     ) -> TurnStatus {
+        let cap = self.admission.as_ref().map_or(u64::MAX, Admission::cap);
         for round in 0..MAX_ROUNDS {
+            if round > 0 && self.usage.input_tokens + self.usage.output_tokens >= cap {
+                tracing::info!(cap, "the turn reached its token cap");
+                return TurnStatus::Answered;
+            }
             let stream = match first.take() {
                 Some(stream) => Ok(stream),
                 None => {

@@ -69,6 +69,9 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub database_url: Option<String>,
     pub trusted_proxies: Vec<String>,
+    /// Seconds a client has to send its request headers (slow-loris protection; an
+    /// extension of §12).
+    pub header_read_timeout_s: f64,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +81,7 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("./deskbell-data"),
             database_url: None,
             trusted_proxies: Vec::new(),
+            header_read_timeout_s: 10.0,
         }
     }
 }
@@ -162,6 +166,9 @@ pub struct Limits {
     pub concurrent_streams_per_visitor: u32,
     pub concurrent_streams: u32,
     pub max_message_chars: usize,
+    /// The most tokens one turn may use; also what it reserves of the daily budget
+    /// (an extension of §12).
+    pub max_tokens_per_turn: u64,
 }
 
 impl Default for Limits {
@@ -173,6 +180,7 @@ impl Default for Limits {
             concurrent_streams_per_visitor: 2,
             concurrent_streams: 200,
             max_message_chars: 4000,
+            max_tokens_per_turn: 20_000,
         }
     }
 }

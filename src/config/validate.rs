@@ -41,6 +41,13 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
             );
         }
     }
+    if !positive(config.server.header_read_timeout_s) {
+        add(
+            &mut out,
+            "server.header_read_timeout_s".into(),
+            "must be a positive number of seconds",
+        );
+    }
     if config.llm.provider != "openai" {
         add(
             &mut out,
@@ -62,7 +69,7 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
             "must be at least 1",
         );
     }
-    if !(config.llm.connect_timeout_s > 0.0 && config.llm.idle_timeout_s > 0.0) {
+    if !positive(config.llm.connect_timeout_s) || !positive(config.llm.idle_timeout_s) {
         add(
             &mut out,
             "llm".into(),
@@ -118,6 +125,7 @@ fn check_site(at: &str, site: &SiteConfig, out: &mut Vec<Problem>) {
         ),
         ("concurrent_streams", l.concurrent_streams as u64),
         ("max_message_chars", l.max_message_chars as u64),
+        ("max_tokens_per_turn", l.max_tokens_per_turn),
     ];
     for (key, value) in counts {
         if value == 0 {
@@ -161,7 +169,7 @@ fn check_tool(tool: &ToolConfig) -> Vec<(&'static str, String)> {
             format!("{:?} is not an http:// or https:// URL", tool.url),
         ));
     }
-    if !(tool.timeout_s > 0.0 && tool.timeout_s <= 300.0) {
+    if !positive(tool.timeout_s) || tool.timeout_s > 300.0 {
         out.push((
             "timeout_s",
             "must be more than 0 and at most 300 seconds".into(),
@@ -171,6 +179,11 @@ fn check_tool(tool: &ToolConfig) -> Vec<(&'static str, String)> {
         out.push(("input_schema", reason));
     }
     out
+}
+
+/// A finite number of seconds above zero.
+fn positive(seconds: f64) -> bool {
+    seconds.is_finite() && seconds > 0.0
 }
 
 fn is_identifier(s: &str) -> bool {

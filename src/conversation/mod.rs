@@ -22,10 +22,11 @@ pub fn router() -> Router<App> {
 
 async fn show(
     State(app): State<App>,
+    peer: guard::Peer,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<ConversationView>, ApiError> {
-    let caller = guard::admit(&app, &headers)?;
+    let caller = guard::admit(&app, &headers, peer)?;
     let owner = match ids::is_valid("c", &id) {
         true => app.store.conversation_owner(&id).await?,
         false => None,

@@ -1,7 +1,20 @@
 //! The checks every visitor request passes before it may cost anything, in the order
-//! of SPEC §5: origin, then visitor identity. (Rate limits, the daily budget and the
-//! stream caps join this chain in the guards issue.)
+//! of SPEC §5: origin, visitor identity, rate limits (per visitor and per client IP),
+//! then — for asks, which spend tokens — the site's daily budget and the caps on
+//! answers streaming at once. A question and an answer to a card pass the same ones.
 
+mod admission;
+mod peer;
+pub mod rate;
+pub mod streams;
+
+pub use admission::{
+    Admission, admit_turn, seconds_to_midnight as admission_seconds_to_midnight,
+    utc_day as admission_utc_day,
+};
+pub use peer::Peer;
+
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, header};
@@ -20,7 +33,7 @@ pub struct Caller {
 }
 
 /// Runs the guards for a visitor call and returns who is calling.
-pub fn admit(app: &App, headers: &HeaderMap) -> Result<Caller, ApiError> {
+pub fn admit(app: &App, headers: &HeaderMap, peer: Peer) -> Result<Caller, ApiError> {
     // The origin comes first: it decides which sites the request may speak for.
     let origins = request_origins(headers)?;
     let listed = |site: &Site| site.config.origins.iter().any(|o| origins.contains(o));
@@ -39,6 +52,24 @@ pub fn admit(app: &App, headers: &HeaderMap) -> Result<Caller, ApiError> {
     if site.config.require_verified_identity && claims.user_id.is_none() {
         return Err(ApiError::IdentityInvalid);
     }
+    let limits = &site.config.limits;
+    let now = app.clock.now_ms();
+    let ip = peer::client_ip(peer, headers, &app.trusted_proxies);
+    let site_id = &site.config.id;
+    app.rate
+        .take(
+            &format!("v|{site_id}|{}", claims.visitor),
+            limits.requests_per_minute,
+            now,
+        )
+        .and_then(|()| {
+            app.rate.take(
+                &format!("ip|{site_id}|{ip}"),
+                limits.requests_per_minute_per_ip,
+                now,
+            )
+        })
+        .map_err(|wait| refused(ApiError::RateLimited(wait)))?;
     Ok(Caller {
         site,
         visitor: claims.visitor,
@@ -70,6 +101,17 @@ fn request_origins(headers: &HeaderMap) -> Result<Vec<String>, ApiError> {
     }
     Err(ApiError::OriginNotAllowed)
 }
+
+/// Refusals are logged at debug level only: at info they would let a flood of bad
+/// requests flood the logs too.
+fn refused(e: ApiError) -> ApiError {
+    tracing::debug!(code = e.code(), "request refused");
+    e
+}
+
+/// Used by the per-IP key when no peer address is known (a router served without
+/// connection info, as in some embedding).
+const UNKNOWN_PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
 
 fn same_origin_fetch(headers: &HeaderMap) -> bool {
     headers

@@ -10,31 +10,24 @@ use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 
 use super::{Backend, Store};
 
-const SQLITE: &[(i64, &str, &str)] = &[
-    (
-        1,
-        "init",
-        include_str!("../../migrations/sqlite/0001_init.sql"),
-    ),
-    (
-        2,
-        "audit append only",
-        include_str!("../../migrations/sqlite/0002_audit_append_only.sql"),
-    ),
-];
+/// The migrations of one backend's folder, embedded: `(version, name, file)`.
+macro_rules! embedded {
+    ($dir:literal: $(($version:literal, $name:literal, $file:literal)),* $(,)?) => {
+        &[$(($version, $name, include_str!(concat!("../../migrations/", $dir, "/", $file)))),*]
+    };
+}
 
-const POSTGRES: &[(i64, &str, &str)] = &[
-    (
-        1,
-        "init",
-        include_str!("../../migrations/postgres/0001_init.sql"),
-    ),
-    (
-        2,
-        "audit append only",
-        include_str!("../../migrations/postgres/0002_audit_append_only.sql"),
-    ),
-];
+const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
+    (1, "init", "0001_init.sql"),
+    (2, "audit append only", "0002_audit_append_only.sql"),
+    (3, "budgets", "0003_budgets.sql"),
+);
+
+const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
+    (1, "init", "0001_init.sql"),
+    (2, "audit append only", "0002_audit_append_only.sql"),
+    (3, "budgets", "0003_budgets.sql"),
+);
 
 #[derive(Debug)]
 struct Embedded(&'static [(i64, &'static str, &'static str)]);

@@ -6,6 +6,7 @@
 //! maps only the common scalar types.
 
 mod audit;
+mod budgets;
 mod calls;
 mod conversations;
 mod migrate;

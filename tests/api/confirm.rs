@@ -443,7 +443,14 @@ async fn a_card_whose_tool_changed_since_it_was_signed_is_refused_as_stale() {
 
 #[tokio::test]
 async fn fifty_concurrent_confirmations_run_the_call_exactly_once() {
-    let t = TestApp::start().await;
+    // Generous guards, so that every racer reaches the decision itself.
+    let t = TestApp::with(|c| {
+        let limits = &mut c.sites[0].limits;
+        limits.requests_per_minute = 1000;
+        limits.requests_per_minute_per_ip = 1000;
+        limits.concurrent_streams_per_visitor = 100;
+    })
+    .await;
     let token = t.visitor().await;
     let (conversation, card) = raise_card(&t, &token).await;
     let answers = (0..50).map(|_| t.answer(&token, &conversation, &card, "confirm"));

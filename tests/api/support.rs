@@ -181,13 +181,12 @@ impl TestApp {
         let router = app::router(app.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(
-            axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-            )
-            .into_future(),
-        );
+        tokio::spawn(app::serve(
+            app.clone(),
+            router,
+            listener,
+            std::future::pending(),
+        ));
         TestApp {
             base,
             http: reqwest::Client::new(),

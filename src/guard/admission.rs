@@ -1,0 +1,110 @@
+//! What an ask reserves before its turn starts: a share of the site's daily token
+//! budget and a slot under the stream caps. Both are given back when the turn ends.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::Caller;
+use super::streams::StreamSlot;
+use crate::app::App;
+use crate::clock::Millis;
+use crate::error::ApiError;
+use crate::wire::Usage;
+
+/// Seconds a client is asked to wait when the stream caps are full.
+const STREAMS_RETRY_AFTER_S: u64 = 5;
+
+/// Held by a running turn. `settle` turns the budget reservation into what was
+/// spent; the stream slot is freed when this value is dropped, whatever happens.
+pub struct Admission {
+    app: App,
+    site: String,
+    day: String,
+    reserved: i64,
+    _slot: StreamSlot,
+}
+
+impl Admission {
+    /// The most tokens the turn may use; it starts no model round past this.
+    pub fn cap(&self) -> u64 {
+        self.reserved as u64
+    }
+
+    pub async fn settle(self, usage: Usage) {
+        let spent = (usage.input_tokens + usage.output_tokens) as i64;
+        if let Err(e) = self
+            .app
+            .store
+            .settle_budget(&self.site, &self.day, self.reserved, spent)
+            .await
+        {
+            tracing::error!(error = format!("{e:#}"), site = %self.site, "a turn's token use could not be recorded");
+        }
+    }
+}
+
+/// The budget (429 `daily_budget_exhausted`, until midnight UTC), then the stream
+/// caps (429 `too_many_streams`), in the order of SPEC §5.
+pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiError> {
+    let limits = &caller.site.config.limits;
+    let site = caller.site.config.id.clone();
+    let now = app.clock.now_ms();
+    let day = utc_day(now);
+    let cap = limits.max_tokens_per_turn as i64;
+    if !app
+        .store
+        .reserve_budget(&site, &day, cap, limits.daily_token_budget as i64)
+        .await?
+    {
+        return Err(super::refused(ApiError::DailyBudgetExhausted(
+            seconds_to_midnight(now),
+        )));
+    }
+    let keys = [
+        (
+            format!("v|{site}|{}", caller.visitor),
+            limits.concurrent_streams_per_visitor,
+        ),
+        (format!("s|{site}"), limits.concurrent_streams),
+    ];
+    let Some(slot) = app.streams.acquire(&keys) else {
+        app.store.settle_budget(&site, &day, cap, 0).await?;
+        return Err(super::refused(ApiError::TooManyStreams(
+            STREAMS_RETRY_AFTER_S,
+        )));
+    };
+    Ok(Admission {
+        app: Arc::clone(app),
+        site,
+        day,
+        reserved: cap,
+        _slot: slot,
+    })
+}
+
+pub fn utc_day(ms: Millis) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .format("%Y-%m-%d")
+        .to_string()
+}
+
+pub fn seconds_to_midnight(ms: Millis) -> u64 {
+    let day_ms = 86_400_000;
+    let left = day_ms - ms.rem_euclid(day_ms);
+    ((left + 999) / 1000) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_resets_at_midnight_utc() {
+        let noon = 1_764_504_000_000; // 2025-11-30T12:00:00Z
+        assert_eq!(utc_day(noon), "2025-11-30");
+        assert_eq!(seconds_to_midnight(noon), 12 * 3600);
+        assert_eq!(seconds_to_midnight(noon + 12 * 3_600_000 - 1), 1);
+    }
+}

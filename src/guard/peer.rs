@@ -1,0 +1,80 @@
+//! The client's IP address: the connection's peer, or — only when that peer is a
+//! listed trusted proxy — the nearest untrusted address in `X-Forwarded-For`.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::HeaderMap;
+use axum::http::request::Parts;
+
+/// The connection's peer address, when the server was started with connection info.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Peer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Peer(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip()),
+        ))
+    }
+}
+
+pub fn client_ip(peer: Peer, headers: &HeaderMap, trusted: &[IpAddr]) -> IpAddr {
+    let Some(peer) = peer.0 else {
+        return super::UNKNOWN_PEER;
+    };
+    if !trusted.contains(&peer) {
+        return peer;
+    }
+    let chain: Vec<IpAddr> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|part| part.trim().parse().ok())
+        .collect();
+    chain
+        .iter()
+        .rev()
+        .find(|ip| !trusted.contains(ip))
+        .or(chain.first())
+        .copied()
+        .unwrap_or(peer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xff(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", value.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn forwarded_addresses_count_only_behind_a_trusted_proxy() {
+        let proxy: IpAddr = "10.0.0.1".parse().unwrap();
+        let client: IpAddr = "203.0.113.9".parse().unwrap();
+        let spoofed = xff("198.51.100.1, 203.0.113.9");
+        assert_eq!(
+            client_ip(Peer(Some(client)), &spoofed, &[proxy]),
+            client,
+            "an untrusted peer is the client"
+        );
+        assert_eq!(
+            client_ip(Peer(Some(proxy)), &spoofed, &[proxy]),
+            client,
+            "the nearest untrusted hop"
+        );
+        assert_eq!(
+            client_ip(Peer(Some(proxy)), &HeaderMap::new(), &[proxy]),
+            proxy
+        );
+    }
+}
