@@ -18,8 +18,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, SiteConfig};
-use crate::guard::rate::RateLimiter;
-use crate::guard::streams::StreamCaps;
+use crate::guard::counters::{Counters, LocalCounters};
 use crate::llm::{OpenAiProvider, Provider};
 use crate::secret::Keys;
 use crate::store::Store;
@@ -52,8 +51,8 @@ pub struct AppState {
     pub executor: Executor,
     /// Turns run as tasks that outlive their request; shutdown waits for them.
     pub turns: TaskTracker,
-    pub rate: RateLimiter,
-    pub streams: Arc<StreamCaps>,
+    /// Rate-limit buckets and stream slots.
+    pub counters: Arc<dyn Counters>,
     pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
@@ -70,6 +69,7 @@ impl AppState {
 pub struct Overrides {
     pub clock: Option<Arc<dyn Clock>>,
     pub provider: Option<Arc<dyn Provider>>,
+    pub counters: Option<Arc<dyn Counters>>,
 }
 
 /// Connects storage and the provider and derives the keys. The config must have been
@@ -119,8 +119,9 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         provider,
         executor: Executor::new()?,
         turns: TaskTracker::new(),
-        rate: RateLimiter::default(),
-        streams: Arc::new(StreamCaps::default()),
+        counters: overrides
+            .counters
+            .unwrap_or_else(|| Arc::new(LocalCounters::default())),
         trusted_proxies,
     }))
 }

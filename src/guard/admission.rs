@@ -68,7 +68,7 @@ pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiErro
         ),
         (format!("s|{site}"), limits.concurrent_streams),
     ];
-    let Some(slot) = app.streams.acquire(&keys) else {
+    let Some(slot) = app.counters.acquire(&keys) else {
         app.store.settle_budget(&site, &day, cap, 0).await?;
         return Err(super::refused(ApiError::TooManyStreams(
             STREAMS_RETRY_AFTER_S,

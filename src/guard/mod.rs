@@ -4,6 +4,7 @@
 //! answers streaming at once. A question and an answer to a card pass the same ones.
 
 mod admission;
+pub mod counters;
 mod peer;
 pub mod rate;
 pub mod streams;
@@ -56,14 +57,14 @@ pub fn admit(app: &App, headers: &HeaderMap, peer: Peer) -> Result<Caller, ApiEr
     let now = app.clock.now_ms();
     let ip = peer::client_ip(peer, headers, &app.trusted_proxies);
     let site_id = &site.config.id;
-    app.rate
+    app.counters
         .take(
             &format!("v|{site_id}|{}", claims.visitor),
             limits.requests_per_minute,
             now,
         )
         .and_then(|()| {
-            app.rate.take(
+            app.counters.take(
                 &format!("ip|{site_id}|{ip}"),
                 limits.requests_per_minute_per_ip,
                 now,

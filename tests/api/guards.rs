@@ -432,7 +432,7 @@ mod limits {
         tokio::time::sleep(Duration::from_millis(50)).await;
         t.settle().await;
         assert_eq!(
-            t.app.streams.open("s|acme"),
+            t.app.counters.open_streams("s|acme"),
             0,
             "every slot of the site is free again"
         );

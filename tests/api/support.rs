@@ -175,7 +175,7 @@ impl TestApp {
         edit(&mut config);
         let overrides = Overrides {
             clock: Some(clock.clone()),
-            provider: None,
+            ..Default::default()
         };
         let app = app::build(config, overrides).await.unwrap();
         let router = app::router(app.clone());
