@@ -45,6 +45,11 @@ pub async fn run(
             },
             () = &mut shutdown => break,
         };
+        // Events are small writes that must leave at once; Nagle's algorithm would
+        // hold them back until the client's delayed acknowledgement.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot disable Nagle's algorithm");
+        }
         let service = router
             .clone()
             .map_request(move |mut req: axum::http::Request<Incoming>| {

@@ -11,7 +11,7 @@ use crate::error::ApiError;
 use crate::guard::{Admission, Caller};
 use crate::ids::new_id;
 use crate::llm::{ChatMessage, ChatRequest, ModelEvent, ModelStream, ProviderError};
-use crate::store::{AuditRow, CallStatus, MessageRow};
+use crate::store::{AuditRow, CallStatus, MessageRow, TurnStart};
 use crate::tools::http::Invocation;
 use crate::wire::{Citation, Decision, StreamEvent, TurnStatus, Usage};
 
@@ -103,41 +103,61 @@ impl Turn {
         let store = self.app.store.clone();
         let now = self.app.clock.now_ms();
         let site = self.caller.site.clone();
-        self.conversation = match conversation {
-            Some(id) => {
-                store.expire_due(now, Some(&id)).await?;
-                store.supersede_pending(&id, now).await?;
-                id
-            }
-            None => {
-                let id = new_id("c");
-                store
-                    .create_conversation(&id, &site.config.id, &self.caller.visitor, now)
-                    .await?;
-                id
-            }
-        };
+        let is_new = conversation.is_none();
+        self.conversation = conversation.unwrap_or_else(|| new_id("c"));
         tracing::info!(conversation = %self.conversation, turn = %self.turn, "question");
-        let history = prompt::history(&store, &self.conversation).await?;
-        store
-            .insert_message(&self.message_row(new_id("m"), "visitor", &message, "sent"))
-            .await?;
+        let history = match is_new {
+            true => Vec::new(),
+            false => prompt::history(&store, &self.conversation).await?,
+        };
         let mut messages = vec![prompt::system(&site.config, Part::Question)];
         messages.extend(history);
-        messages.push(ChatMessage::User { content: message });
-        let first = match self.app.provider.stream(self.request(&messages, 0)).await {
+        messages.push(ChatMessage::User {
+            content: message.clone(),
+        });
+        let visitor_message = self.message_row(new_id("m"), "visitor", &message, "sent");
+        let bubble = Bubble {
+            id: new_id("m"),
+            text: String::new(),
+        };
+        let bubble_row =
+            self.message_row(bubble.id.clone(), "assistant", "", crate::store::STREAMING);
+        let start = TurnStart {
+            conversation: &self.conversation,
+            is_new,
+            site: &site.config.id,
+            visitor: &self.caller.visitor,
+            now,
+            visitor_message: &visitor_message,
+            bubble: &bubble_row,
+        };
+        // The model is asked while the turn's first writes commit: neither waits
+        // for the other, and the model's answer does not depend on them.
+        let request = self.request(&messages, 0);
+        let (saved, first) =
+            tokio::join!(store.begin_turn(&start), self.app.provider.stream(request));
+        saved?;
+        let first = match first {
             Ok(stream) => stream,
             Err(e) => {
                 tracing::warn!(error = %e, "the model could not be reached");
                 store
-                    .insert_message(&self.message_row(new_id("m"), "assistant", "", "failed"))
+                    .finish_turn(
+                        &bubble.id,
+                        "",
+                        TurnStatus::Failed.as_str(),
+                        None,
+                        Usage::ZERO,
+                        None,
+                    )
                     .await?;
                 self.start(Err(ApiError::ProviderUnavailable));
                 return Ok(());
             }
         };
         self.start(Ok(()));
-        let mut bubble = self.open_bubble().await?;
+        self.announce(&bubble.id).await;
+        let mut bubble = bubble;
         let status = self.rounds(messages, &mut bubble, Some(first)).await;
         self.close(bubble, status).await
     }
@@ -361,17 +381,22 @@ impl Turn {
         let id = new_id("m");
         let row = self.message_row(id.clone(), "assistant", "", crate::store::STREAMING);
         self.app.store.insert_message(&row).await?;
-        self.sink
-            .send(StreamEvent::Turn {
-                conversation: self.conversation.clone(),
-                turn: self.turn.clone(),
-                message: id.clone(),
-            })
-            .await;
+        self.announce(&id).await;
         Ok(Bubble {
             id,
             text: String::new(),
         })
+    }
+
+    /// The `turn` event that opens a bubble in the widget.
+    async fn announce(&self, message: &str) {
+        self.sink
+            .send(StreamEvent::Turn {
+                conversation: self.conversation.clone(),
+                turn: self.turn.clone(),
+                message: message.to_string(),
+            })
+            .await;
     }
 
     async fn stopped(&self, stop: Stop) -> TurnStatus {
@@ -400,7 +425,8 @@ impl Turn {
         TurnStatus::Failed
     }
 
-    /// Saves the bubble with its citations and usage, then ends the stream.
+    /// Saves the bubble with its citations and usage and settles the turn's budget
+    /// share (one transaction), then ends the stream.
     async fn close(&mut self, bubble: Bubble, status: TurnStatus) -> anyhow::Result<()> {
         let cited = cited_sources(&bubble.text, &self.sources);
         let citations = if cited.is_empty() {
@@ -413,16 +439,25 @@ impl Turn {
                 .send(StreamEvent::Citations { items: cited })
                 .await;
         }
-        self.app
+        let admission = self.admission.take();
+        let share = admission.as_ref().map(Admission::share);
+        let saved = self
+            .app
             .store
-            .finish_message(
+            .finish_turn(
                 &bubble.id,
                 &bubble.text,
                 status.as_str(),
                 citations.as_deref(),
                 self.usage,
+                share,
             )
-            .await?;
+            .await;
+        if saved.is_err() {
+            // The settlement did not happen with the message: keep it for `settle`.
+            self.admission = admission;
+        }
+        saved?;
         self.sink
             .send(StreamEvent::Done {
                 status,

@@ -10,36 +10,35 @@ use super::streams::StreamSlot;
 use crate::app::App;
 use crate::clock::Millis;
 use crate::error::ApiError;
+use crate::store::BudgetShare;
 use crate::wire::Usage;
 
 /// Seconds a client is asked to wait when the stream caps are full.
 const STREAMS_RETRY_AFTER_S: u64 = 5;
 
-/// Held by a running turn. `settle` turns the budget reservation into what was
-/// spent; the stream slot is freed when this value is dropped, whatever happens.
+/// Held by a running turn: its share of the daily budget, settled when the turn is
+/// saved, and its stream slot, freed when this value is dropped, whatever happens.
 pub struct Admission {
     app: App,
-    site: String,
-    day: String,
-    reserved: i64,
+    share: BudgetShare,
     _slot: StreamSlot,
 }
 
 impl Admission {
     /// The most tokens the turn may use; it starts no model round past this.
     pub fn cap(&self) -> u64 {
-        self.reserved as u64
+        self.share.reserved as u64
     }
 
+    pub fn share(&self) -> &BudgetShare {
+        &self.share
+    }
+
+    /// Settles the reservation on its own, for a turn that ended without being saved.
     pub async fn settle(self, usage: Usage) {
         let spent = (usage.input_tokens + usage.output_tokens) as i64;
-        if let Err(e) = self
-            .app
-            .store
-            .settle_budget(&self.site, &self.day, self.reserved, spent)
-            .await
-        {
-            tracing::error!(error = format!("{e:#}"), site = %self.site, "a turn's token use could not be recorded");
+        if let Err(e) = self.app.store.settle_budget(&self.share, spent).await {
+            tracing::error!(error = format!("{e:#}"), site = %self.share.site, "a turn's token use could not be recorded");
         }
     }
 }
@@ -50,11 +49,14 @@ pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiErro
     let limits = &caller.site.config.limits;
     let site = caller.site.config.id.clone();
     let now = app.clock.now_ms();
-    let day = utc_day(now);
-    let cap = limits.max_tokens_per_turn as i64;
+    let share = BudgetShare {
+        site: site.clone(),
+        day: utc_day(now),
+        reserved: limits.max_tokens_per_turn as i64,
+    };
     if !app
         .store
-        .reserve_budget(&site, &day, cap, limits.daily_token_budget as i64)
+        .reserve_budget(&share, limits.daily_token_budget as i64)
         .await?
     {
         return Err(super::refused(ApiError::DailyBudgetExhausted(
@@ -69,16 +71,14 @@ pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiErro
         (format!("s|{site}"), limits.concurrent_streams),
     ];
     let Some(slot) = app.counters.acquire(&keys) else {
-        app.store.settle_budget(&site, &day, cap, 0).await?;
+        app.store.settle_budget(&share, 0).await?;
         return Err(super::refused(ApiError::TooManyStreams(
             STREAMS_RETRY_AFTER_S,
         )));
     };
     Ok(Admission {
         app: Arc::clone(app),
-        site,
-        day,
-        reserved: cap,
+        share,
         _slot: slot,
     })
 }

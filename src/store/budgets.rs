@@ -3,55 +3,45 @@
 //! overshoot the budget by at most one turn's cap. Spend is stored, so a restart
 //! forgets nothing.
 
+use sqlx::Row;
+
 use super::Store;
+use super::turns::BudgetShare;
 
 impl Store {
-    /// Reserves `tokens` of a site's budget for `day` if any of it is left.
-    pub async fn reserve_budget(
-        &self,
-        site: &str,
-        day: &str,
-        tokens: i64,
-        budget: i64,
-    ) -> anyhow::Result<bool> {
+    /// Reserves `tokens` of a site's budget for `day` if any of it is left. The
+    /// common case is one conditional UPDATE; the day's row is created on first use.
+    pub async fn reserve_budget(&self, share: &BudgetShare, budget: i64) -> anyhow::Result<bool> {
+        if self.try_reserve(share, budget).await? {
+            return Ok(true);
+        }
         sqlx::query("INSERT INTO budgets (site, day, spent, reserved) VALUES ($1, $2, 0, 0) ON CONFLICT DO NOTHING")
-            .bind(site)
-            .bind(day)
+            .bind(&share.site)
+            .bind(&share.day)
             .execute(self.pool())
             .await?;
-        let done = sqlx::query(
-            "UPDATE budgets SET reserved = reserved + $3 WHERE site = $1 AND day = $2 AND spent + reserved < $4",
-        )
-        .bind(site)
-        .bind(day)
-        .bind(tokens)
-        .bind(budget)
-        .execute(self.pool())
-        .await?;
+        self.try_reserve(share, budget).await
+    }
+
+    async fn try_reserve(&self, share: &BudgetShare, budget: i64) -> anyhow::Result<bool> {
+        let done = sqlx::query("UPDATE budgets SET reserved = reserved + $3 WHERE site = $1 AND day = $2 AND spent + reserved < $4")
+            .bind(&share.site)
+            .bind(&share.day)
+            .bind(share.reserved)
+            .bind(budget)
+            .execute(self.pool())
+            .await?;
         Ok(done.rows_affected() == 1)
     }
 
-    /// Turns a reservation into what was really spent.
-    pub async fn settle_budget(
-        &self,
-        site: &str,
-        day: &str,
-        reserved: i64,
-        spent: i64,
-    ) -> anyhow::Result<()> {
-        sqlx::query("UPDATE budgets SET reserved = reserved - $3, spent = spent + $4 WHERE site = $1 AND day = $2")
-            .bind(site)
-            .bind(day)
-            .bind(reserved)
-            .bind(spent)
-            .execute(self.pool())
-            .await?;
+    /// Turns a reservation into what was spent (0 gives it back unspent).
+    pub async fn settle_budget(&self, share: &BudgetShare, spent: i64) -> anyhow::Result<()> {
+        settle(self.pool(), share, spent).await?;
         Ok(())
     }
 
     /// Tokens spent by a site on a day (settled turns only).
     pub async fn budget_spent(&self, site: &str, day: &str) -> anyhow::Result<i64> {
-        use sqlx::Row;
         let row = sqlx::query("SELECT spent FROM budgets WHERE site = $1 AND day = $2")
             .bind(site)
             .bind(day)
@@ -62,4 +52,23 @@ impl Store {
             None => 0,
         })
     }
+}
+
+/// Turns a reservation into what was really spent.
+pub(super) async fn settle<'e, E>(
+    executor: E,
+    share: &BudgetShare,
+    spent: i64,
+) -> Result<(), sqlx::Error>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    sqlx::query("UPDATE budgets SET reserved = reserved - $3, spent = spent + $4 WHERE site = $1 AND day = $2")
+        .bind(&share.site)
+        .bind(&share.day)
+        .bind(share.reserved)
+        .bind(spent)
+        .execute(executor)
+        .await?;
+    Ok(())
 }

@@ -240,61 +240,74 @@ impl Store {
         conversation: Option<&str>,
     ) -> anyhow::Result<Vec<CallRow>> {
         let mut tx = self.pool().begin().await?;
-        let rows = match conversation {
-            Some(conv) => sqlx::query(sql(format!(
+        let expired = expire_in(&mut tx, now, conversation).await?;
+        tx.commit().await?;
+        Ok(expired)
+    }
+}
+
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
+
+pub(super) async fn expire_in(
+    tx: &mut Tx<'_>,
+    now: Millis,
+    conversation: Option<&str>,
+) -> Result<Vec<CallRow>, sqlx::Error> {
+    let rows = match conversation {
+        Some(conv) => {
+            sqlx::query(sql(format!(
                 "UPDATE calls SET status = 'expired', decided_at = expires_at \
                  WHERE status = 'pending' AND expires_at <= $1 AND conversation = $2 RETURNING {COLUMNS}"
             )))
             .bind(now)
             .bind(conv)
-            .fetch_all(&mut *tx)
-            .await?,
-            None => sqlx::query(sql(format!(
+            .fetch_all(&mut **tx)
+            .await?
+        }
+        None => {
+            sqlx::query(sql(format!(
                 "UPDATE calls SET status = 'expired', decided_at = expires_at \
                  WHERE status = 'pending' AND expires_at <= $1 RETURNING {COLUMNS}"
             )))
             .bind(now)
-            .fetch_all(&mut *tx)
-            .await?,
-        };
-        let expired: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
-        for c in &expired {
-            let at = c.expires_at.unwrap_or(now);
-            audit::insert(&mut *tx, &AuditRow::for_call(c, "expired", None, at)).await?;
-            close_card_message(&mut tx, &c.message).await?;
+            .fetch_all(&mut **tx)
+            .await?
         }
-        tx.commit().await?;
-        Ok(expired)
+    };
+    let expired: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
+    for c in &expired {
+        let at = c.expires_at.unwrap_or(now);
+        audit::insert(&mut **tx, &AuditRow::for_call(c, "expired", None, at)).await?;
+        close_card_message(tx, &c.message).await?;
     }
+    Ok(expired)
+}
 
-    /// Closes the pending card of a conversation as cancelled (reason `superseded`)
-    /// because the visitor asked something new.
-    pub async fn supersede_pending(
-        &self,
-        conversation: &str,
-        now: Millis,
-    ) -> anyhow::Result<Vec<CallRow>> {
-        let mut tx = self.pool().begin().await?;
-        let rows = sqlx::query(sql(format!(
-            "UPDATE calls SET status = 'cancelled', decided_at = $1, reason = 'superseded' \
-             WHERE status = 'pending' AND conversation = $2 RETURNING {COLUMNS}"
-        )))
-        .bind(now)
-        .bind(conversation)
-        .fetch_all(&mut *tx)
+/// Closes the pending card of a conversation as cancelled (reason `superseded`)
+/// because the visitor asked something new.
+pub(super) async fn supersede_in(
+    tx: &mut Tx<'_>,
+    conversation: &str,
+    now: Millis,
+) -> Result<Vec<CallRow>, sqlx::Error> {
+    let rows = sqlx::query(sql(format!(
+        "UPDATE calls SET status = 'cancelled', decided_at = $1, reason = 'superseded' \
+         WHERE status = 'pending' AND conversation = $2 RETURNING {COLUMNS}"
+    )))
+    .bind(now)
+    .bind(conversation)
+    .fetch_all(&mut **tx)
+    .await?;
+    let superseded: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
+    for c in &superseded {
+        audit::insert(
+            &mut **tx,
+            &AuditRow::for_call(c, "cancelled", Some("superseded"), now),
+        )
         .await?;
-        let superseded: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
-        for c in &superseded {
-            audit::insert(
-                &mut *tx,
-                &AuditRow::for_call(c, "cancelled", Some("superseded"), now),
-            )
-            .await?;
-            close_card_message(&mut tx, &c.message).await?;
-        }
-        tx.commit().await?;
-        Ok(superseded)
+        close_card_message(tx, &c.message).await?;
     }
+    Ok(superseded)
 }
 
 /// Once its card is decided, the message that raised it is no longer waiting.

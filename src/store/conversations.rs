@@ -22,6 +22,27 @@ pub struct MessageRow {
     pub created_at: Millis,
 }
 
+pub(super) async fn insert_message<'e, E>(executor: E, m: &MessageRow) -> Result<(), sqlx::Error>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    sqlx::query(
+        "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(&m.id)
+    .bind(&m.conversation)
+    .bind(&m.turn)
+    .bind(&m.role)
+    .bind(&m.text)
+    .bind(&m.status)
+    .bind(&m.citations)
+    .bind(m.created_at)
+    .execute(executor)
+    .await?;
+    Ok(())
+}
+
 fn message(row: &AnyRow) -> Result<MessageRow, sqlx::Error> {
     Ok(MessageRow {
         id: row.try_get("id")?,
@@ -36,25 +57,6 @@ fn message(row: &AnyRow) -> Result<MessageRow, sqlx::Error> {
 }
 
 impl Store {
-    pub async fn create_conversation(
-        &self,
-        id: &str,
-        site: &str,
-        visitor: &str,
-        now: Millis,
-    ) -> anyhow::Result<()> {
-        sqlx::query(
-            "INSERT INTO conversations (id, site, visitor, created_at) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(id)
-        .bind(site)
-        .bind(visitor)
-        .bind(now)
-        .execute(self.pool())
-        .await?;
-        Ok(())
-    }
-
     /// The site and visitor a conversation belongs to.
     pub async fn conversation_owner(&self, id: &str) -> anyhow::Result<Option<(String, String)>> {
         let row = sqlx::query("SELECT site, visitor FROM conversations WHERE id = $1")
@@ -68,43 +70,7 @@ impl Store {
     }
 
     pub async fn insert_message(&self, m: &MessageRow) -> anyhow::Result<()> {
-        sqlx::query(
-            "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(&m.id)
-        .bind(&m.conversation)
-        .bind(&m.turn)
-        .bind(&m.role)
-        .bind(&m.text)
-        .bind(&m.status)
-        .bind(&m.citations)
-        .bind(m.created_at)
-        .execute(self.pool())
-        .await?;
-        Ok(())
-    }
-
-    /// Saves the final text, status, citations and usage of an assistant message.
-    pub async fn finish_message(
-        &self,
-        id: &str,
-        text: &str,
-        status: &str,
-        citations: Option<&str>,
-        usage: Usage,
-    ) -> anyhow::Result<()> {
-        sqlx::query(
-            "UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 WHERE id = $6",
-        )
-        .bind(text)
-        .bind(status)
-        .bind(citations)
-        .bind(usage.input_tokens as i64)
-        .bind(usage.output_tokens as i64)
-        .bind(id)
-        .execute(self.pool())
-        .await?;
+        insert_message(self.pool(), m).await?;
         Ok(())
     }
 

@@ -10,11 +10,13 @@ mod budgets;
 mod calls;
 mod conversations;
 mod migrate;
+mod turns;
 mod visitors;
 
 pub use audit::AuditRow;
 pub use calls::{CallRow, CallStatus};
 pub use conversations::{MessageRow, STREAMING};
+pub use turns::{BudgetShare, TurnStart};
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,0 +1,27 @@
+//! The benchmark harness: starts the real `deskbell serve` (a child process, release
+//! build) against a scripted model and a tool endpoint in this process, drives it over
+//! loopback HTTP with many concurrent clients, and prints each figure with its median
+//! and p99. `--quick` runs every figure small, for CI.
+//!
+//! Build both binaries first: `cargo build --release --bins`, then
+//! `ulimit -n 65536; target/release/deskbell-bench` (see BENCHMARKS.md).
+
+mod client;
+mod figures;
+mod server;
+mod stats;
+
+use std::process::ExitCode;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
+    match figures::run_all(quick, only.as_deref()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("deskbell-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

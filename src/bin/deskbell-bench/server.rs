@@ -1,0 +1,132 @@
+//! The server under test: `deskbell serve` as a child process with a generated
+//! configuration pointing at this process's scripted model and tool endpoint.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use deskbell::testkit::{FakeLlm, Webhook};
+use tokio::process::{Child, Command};
+
+pub const ORIGIN: &str = "https://bench.example";
+const SECRET: &str = "bench-secret-0123456789abcdef0123456789";
+
+pub struct Server {
+    pub base: String,
+    pub child: Child,
+    pub started_in: Duration,
+    _dir: tempfile::TempDir,
+}
+
+/// Guards set far above the load, except on the `limited` site.
+pub fn config(llm: &FakeLlm, hook: &Webhook, port: u16, db: &std::path::Path) -> String {
+    format!(
+        r#"
+[server]
+bind = "127.0.0.1:{port}"
+database_url = "sqlite://{db}"
+
+[llm]
+base_url = "{llm}"
+model = "fake"
+max_output_tokens = 256
+
+[[site]]
+id = "bench"
+origins = ["{ORIGIN}"]
+[site.limits]
+requests_per_minute = 1000000
+requests_per_minute_per_ip = 1000000
+concurrent_streams_per_visitor = 100000
+concurrent_streams = 100000
+daily_token_budget = 1000000000000
+
+[[site.tool]]
+name = "cancel_order"
+label = "Cancel an order"
+policy = "confirm"
+url = "{hook}"
+input_schema = {{ type = "object", required = ["order_id"], properties = {{ order_id = {{ type = "integer", title = "Order ID" }} }} }}
+
+[[site]]
+id = "limited"
+origins = ["{ORIGIN}"]
+[site.limits]
+requests_per_minute = 20
+requests_per_minute_per_ip = 1000000
+concurrent_streams_per_visitor = 1000
+concurrent_streams = 100000
+daily_token_budget = 1000000000000
+"#,
+        db = db.display(),
+        llm = llm.base_url,
+        hook = hook.url("/cancel"),
+    )
+}
+
+fn deskbell_binary() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let path = exe.with_file_name("deskbell");
+    anyhow::ensure!(
+        path.exists(),
+        "{} is missing: run `cargo build --release --bins` first",
+        path.display()
+    );
+    Ok(path)
+}
+
+pub async fn start(llm: &FakeLlm, hook: &Webhook) -> anyhow::Result<Server> {
+    let dir = tempfile::tempdir()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let path = dir.path().join("bench.toml");
+    std::fs::write(&path, config(llm, hook, port, &dir.path().join("bench.db")))?;
+    let started = Instant::now();
+    let child = Command::new(deskbell_binary()?)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("BETTER_AUTH_SECRET", SECRET)
+        .env("DESKBELL_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot start deskbell serve")?;
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    loop {
+        if let Ok(r) = http.get(format!("{base}/healthz")).send().await
+            && r.status().is_success()
+        {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(30),
+            "the server did not become ready"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(Server {
+        base,
+        started_in: started.elapsed(),
+        child,
+        _dir: dir,
+    })
+}
+
+impl Server {
+    /// Resident memory of the server process, in MiB.
+    pub fn rss_mib(&self) -> f64 {
+        let Some(pid) = self.child.id() else {
+            return 0.0;
+        };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    }
+}
