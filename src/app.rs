@@ -79,7 +79,11 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         anyhow::bail!("BETTER_AUTH_SECRET is not set");
     };
     let keys = Keys::derive(secret);
-    let store = Store::connect(&config.server.database_url()).await?;
+    let store = Store::connect(
+        &config.server.database_url(),
+        config.server.sqlite_synchronous,
+    )
+    .await?;
     let clock = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
     let cutoff = clock.now_ms() - 60 * 60 * 1000;
     let interrupted = store.fail_interrupted_messages(cutoff).await?;

@@ -177,7 +177,7 @@ async fn export(
         (None, Some(path)) => Config::load_unchecked(&path)?.server.database_url(),
         (None, None) => Config::demo_database_url(),
     };
-    let store = crate::store::Store::connect(&url).await?;
+    let store = crate::store::Store::connect(&url, Default::default()).await?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     crate::audit::export(&store, site.as_deref(), format, &mut out).await?;
     std::io::Write::flush(&mut out)?;

@@ -72,6 +72,8 @@ pub struct ServerConfig {
     /// Seconds a client has to send its request headers (slow-loris protection; an
     /// extension of §12).
     pub header_read_timeout_s: f64,
+    /// `full` (default) or `normal`: see `store::Durability`.
+    pub sqlite_synchronous: crate::store::Durability,
 }
 
 impl Default for ServerConfig {
@@ -82,6 +84,7 @@ impl Default for ServerConfig {
             database_url: None,
             trusted_proxies: Vec::new(),
             header_read_timeout_s: 10.0,
+            sqlite_synchronous: crate::store::Durability::Full,
         }
     }
 }

@@ -93,7 +93,7 @@ const SELECT: &str = "SELECT at, event, reason, call, site, conversation, visito
 
 impl Store {
     pub async fn append_audit(&self, row: &AuditRow) -> anyhow::Result<()> {
-        insert(self.pool(), row).await?;
+        insert(self.writer(), row).await?;
         Ok(())
     }
 

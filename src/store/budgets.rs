@@ -18,7 +18,7 @@ impl Store {
         sqlx::query("INSERT INTO budgets (site, day, spent, reserved) VALUES ($1, $2, 0, 0) ON CONFLICT DO NOTHING")
             .bind(&share.site)
             .bind(&share.day)
-            .execute(self.pool())
+            .execute(self.writer())
             .await?;
         self.try_reserve(share, budget).await
     }
@@ -29,14 +29,14 @@ impl Store {
             .bind(&share.day)
             .bind(share.reserved)
             .bind(budget)
-            .execute(self.pool())
+            .execute(self.writer())
             .await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Turns a reservation into what was spent (0 gives it back unspent).
     pub async fn settle_budget(&self, share: &BudgetShare, spent: i64) -> anyhow::Result<()> {
-        settle(self.pool(), share, spent).await?;
+        settle(self.writer(), share, spent).await?;
         Ok(())
     }
 

@@ -107,7 +107,7 @@ fn sql(text: String) -> sqlx::AssertSqlSafe<String> {
 impl Store {
     /// Stores a call together with its first audit rows (such as `requested`).
     pub async fn insert_call(&self, c: &CallRow, audit_rows: &[AuditRow]) -> anyhow::Result<()> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.writer().begin().await?;
         sqlx::query(sql(format!(
             "INSERT INTO calls ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)"
         )))
@@ -168,7 +168,7 @@ impl Store {
         status: CallStatus,
         audit_row: &AuditRow,
     ) -> anyhow::Result<()> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.writer().begin().await?;
         sqlx::query("UPDATE calls SET status = $1 WHERE id = $2")
             .bind(status.as_str())
             .bind(id)
@@ -187,7 +187,7 @@ impl Store {
         run_status: CallStatus,
         audit_row: Option<&AuditRow>,
     ) -> anyhow::Result<()> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.writer().begin().await?;
         sqlx::query("UPDATE calls SET run_message = $1, run_status = $2 WHERE id = $3")
             .bind(run_message)
             .bind(run_status.as_str())
@@ -210,7 +210,7 @@ impl Store {
         reason: Option<&str>,
         now: Millis,
     ) -> anyhow::Result<bool> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.writer().begin().await?;
         let won = sqlx::query(
             "UPDATE calls SET status = $1, decided_at = $2, reason = $3 WHERE id = $4 AND status = 'pending' AND expires_at > $2",
         )
@@ -239,7 +239,7 @@ impl Store {
         now: Millis,
         conversation: Option<&str>,
     ) -> anyhow::Result<Vec<CallRow>> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.writer().begin().await?;
         let expired = expire_in(&mut tx, now, conversation).await?;
         tx.commit().await?;
         Ok(expired)

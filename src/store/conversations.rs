@@ -70,7 +70,7 @@ impl Store {
     }
 
     pub async fn insert_message(&self, m: &MessageRow) -> anyhow::Result<()> {
-        insert_message(self.pool(), m).await?;
+        insert_message(self.writer(), m).await?;
         Ok(())
     }
 
@@ -78,7 +78,7 @@ impl Store {
         sqlx::query("UPDATE messages SET status = $1 WHERE id = $2")
             .bind(status)
             .bind(id)
-            .execute(self.pool())
+            .execute(self.writer())
             .await?;
         Ok(())
     }
@@ -106,7 +106,7 @@ impl Store {
         )
         .bind(STREAMING)
         .bind(before)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(done.rows_affected())
     }

@@ -58,6 +58,6 @@ pub(super) async fn run(store: &Store) -> anyhow::Result<()> {
         Backend::Postgres => Embedded(POSTGRES),
     };
     let migrator = Migrator::new(source).await?;
-    migrator.run(&store.pool).await?;
+    migrator.run(&store.writer).await?;
     Ok(())
 }

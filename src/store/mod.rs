@@ -25,46 +25,81 @@ use anyhow::Context;
 use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
 
+/// How SQLite commits (`[server] sqlite_synchronous`). `Full` syncs every commit to
+/// disk: nothing acknowledged is lost even to a power cut. `Normal` syncs at WAL
+/// checkpoints: a process crash loses nothing, a power cut may lose the last
+/// commits, and commits cost no disk flush. PostgreSQL has its own settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    #[default]
+    Full,
+    Normal,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
     Postgres,
 }
 
+/// Reads go to `pool`; writes go to `writer`. On SQLite the writer is a single
+/// connection: writers queue fairly in the pool instead of colliding in SQLite's
+/// busy handler, whose back-off sleeps made for long tail latencies. On PostgreSQL
+/// both are the same pool.
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
+    writer: AnyPool,
     backend: Backend,
 }
 
 impl Store {
     /// Connects, creating the SQLite file and its folder if missing, and applies the
     /// migrations of the backend.
-    pub async fn connect(url: &str) -> anyhow::Result<Store> {
+    pub async fn connect(url: &str, durability: Durability) -> anyhow::Result<Store> {
         sqlx::any::install_default_drivers();
         let (backend, url) = if url.starts_with("sqlite:") {
             (Backend::Sqlite, prepare_sqlite_url(url)?)
         } else {
             (Backend::Postgres, url.to_string())
         };
-        let max = match backend {
-            Backend::Sqlite => 8,
-            Backend::Postgres => 16,
+        let open = |max: u32| {
+            AnyPoolOptions::new()
+                .max_connections(max)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect(&url)
         };
-        let pool = AnyPoolOptions::new()
-            .max_connections(max)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect(&url)
-            .await
-            .with_context(|| format!("cannot open the database ({})", redact_url(&url)))?;
-        if backend == Backend::Sqlite {
-            // WAL lets readers proceed while one writer commits; the mode is stored in
-            // the file, so setting it once per start is enough.
-            sqlx::query("PRAGMA journal_mode = WAL")
-                .execute(&pool)
-                .await?;
-        }
-        let store = Store { pool, backend };
+        let context = || format!("cannot open the database ({})", redact_url(&url));
+        let store = match backend {
+            Backend::Sqlite => {
+                let writer = open(1).await.with_context(context)?;
+                // WAL lets readers proceed while the writer commits; the mode is stored
+                // in the file, so setting it once per start is enough.
+                sqlx::query("PRAGMA journal_mode = WAL")
+                    .execute(&writer)
+                    .await?;
+                let synchronous = match durability {
+                    Durability::Full => "PRAGMA synchronous = FULL",
+                    Durability::Normal => "PRAGMA synchronous = NORMAL",
+                };
+                sqlx::query(synchronous).execute(&writer).await?;
+                let pool = open(4).await.with_context(context)?;
+                Store {
+                    pool,
+                    writer,
+                    backend,
+                }
+            }
+            Backend::Postgres => {
+                let pool = open(16).await.with_context(context)?;
+                Store {
+                    writer: pool.clone(),
+                    pool,
+                    backend,
+                }
+            }
+        };
         migrate::run(&store).await?;
         Ok(store)
     }
@@ -80,6 +115,10 @@ impl Store {
 
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    pub(crate) fn writer(&self) -> &AnyPool {
+        &self.writer
     }
 }
 

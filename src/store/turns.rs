@@ -30,7 +30,7 @@ impl Store {
     /// Creates the conversation or closes its stale and superseded cards, then saves
     /// the visitor's message and opens the answer's bubble.
     pub async fn begin_turn(&self, t: &TurnStart<'_>) -> anyhow::Result<()> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.writer().begin().await?;
         if t.is_new {
             sqlx::query(
                 "INSERT INTO conversations (id, site, visitor, created_at) VALUES ($1, $2, $3, $4)",
@@ -62,7 +62,7 @@ impl Store {
         usage: Usage,
         budget: Option<&BudgetShare>,
     ) -> anyhow::Result<()> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.writer().begin().await?;
         sqlx::query(
             "UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 WHERE id = $6",
         )

@@ -14,7 +14,7 @@ impl Store {
         .bind(&id)
         .bind(site)
         .bind(now)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(id)
     }
@@ -28,7 +28,7 @@ impl Store {
         now: Millis,
     ) -> anyhow::Result<String> {
         let candidate = new_id("v");
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.writer().begin().await?;
         let inserted = sqlx::query("INSERT INTO identities (site, user_id, visitor) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
             .bind(site)
             .bind(user_id)

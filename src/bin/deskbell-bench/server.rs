@@ -26,6 +26,7 @@ pub fn config(llm: &FakeLlm, hook: &Webhook, port: u16, db: &std::path::Path) ->
 [server]
 bind = "127.0.0.1:{port}"
 database_url = "sqlite://{db}"
+sqlite_synchronous = "{sync}"
 
 [llm]
 base_url = "{llm}"
@@ -60,6 +61,7 @@ concurrent_streams = 100000
 daily_token_budget = 1000000000000
 "#,
         db = db.display(),
+        sync = std::env::var("BENCH_SQLITE_SYNCHRONOUS").unwrap_or_else(|_| "full".into()),
         llm = llm.base_url,
         hook = hook.url("/cancel"),
     )
