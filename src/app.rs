@@ -137,6 +137,7 @@ pub fn router(app: App) -> Router {
         .merge(crate::visitor::router())
         .merge(crate::ask::router())
         .merge(crate::conversation::router())
+        .merge(crate::widget::router())
         .fallback(|| async { crate::error::ApiError::NotFound })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))

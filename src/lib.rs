@@ -19,4 +19,5 @@ pub mod store;
 pub mod testkit;
 pub mod tools;
 pub mod visitor;
+pub mod widget;
 pub mod wire;

@@ -90,7 +90,7 @@ pub async fn start(llm: &FakeLlm, hook: &Webhook) -> anyhow::Result<Server> {
         .args(["serve", "--config"])
         .arg(&path)
         .env("BETTER_AUTH_SECRET", SECRET)
-        .env("DESKBELL_LOG", "warn")
+        .env("DESKBELL_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)

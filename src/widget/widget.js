@@ -1,0 +1,313 @@
+/* Deskbell widget: one script tag, a shadow root, no globals but `Deskbell`. */
+(function () {
+  'use strict';
+  if (window.Deskbell) return;
+  var script = document.currentScript;
+  if (!script) return;
+  var base = new URL(script.src, location.href).origin;
+  var data = script.dataset;
+  var site = data.site || '';
+  var key = 'deskbell:' + site;
+  var CSS = __DESKBELL_CSS__;
+
+  // ---- state kept in the host page's local storage ----------------------------
+  function load() { try { return JSON.parse(localStorage.getItem(key)) || {}; } catch (e) { return {}; } }
+  function save() { try { localStorage.setItem(key, JSON.stringify(state)); } catch (e) { /* private mode */ } }
+  var state = load();
+  var identity = null;
+  var busy = false;
+  var cards = []; // live cards: {el, step, conversation, timer}
+
+  // ---- DOM ----------------------------------------------------------------------
+  function h(tag, attrs, kids) {
+    var el = document.createElement(tag);
+    for (var k in attrs || {}) {
+      if (k === 'text') el.textContent = attrs[k];
+      else if (k === 'class') el.className = attrs[k];
+      else if (k.slice(0, 2) === 'on') el.addEventListener(k.slice(2), attrs[k]);
+      else el.setAttribute(k, attrs[k]);
+    }
+    (kids || []).forEach(function (c) { if (c) el.appendChild(typeof c === 'string' ? document.createTextNode(c) : c); });
+    return el;
+  }
+  var host = document.createElement('deskbell-widget');
+  if (data.position === 'left') host.setAttribute('data-position', 'left');
+  var shadow = host.attachShadow({ mode: 'open' });
+  var style = h('style', { text: CSS });
+  var title = data.title || 'Help';
+  var icon = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+  icon.setAttribute('viewBox', '0 0 24 24'); icon.setAttribute('aria-hidden', 'true');
+  var path = document.createElementNS('http://www.w3.org/2000/svg', 'path');
+  path.setAttribute('d', 'M4 4h16a2 2 0 0 1 2 2v10a2 2 0 0 1-2 2H9l-5 4v-4a2 2 0 0 1-2-2V6a2 2 0 0 1 2-2z');
+  icon.appendChild(path);
+  var launcher = h('button', { class: 'launcher', type: 'button', 'aria-label': 'Open chat: ' + title, 'aria-expanded': 'false', 'aria-controls': 'deskbell-panel', onclick: function () { toggle(); } }, [icon]);
+  var log = h('div', { class: 'log', role: 'log', 'aria-live': 'polite', 'aria-relevant': 'additions text', 'aria-label': 'Conversation' });
+  var input = h('textarea', { id: 'deskbell-input', rows: '1', placeholder: 'Write a message…', onkeydown: onKey });
+  var send = h('button', { type: 'submit', text: 'Send' });
+  var form = h('form', { onsubmit: function (e) { e.preventDefault(); submit(); } }, [h('label', { class: 'sr', for: 'deskbell-input', text: 'Message' }), input, send]);
+  var heading = h('h2', { id: 'deskbell-title', text: title });
+  var fresh = h('button', { type: 'button', text: 'New', 'aria-label': 'Start a new conversation', onclick: function () { newConversation(); } });
+  var close = h('button', { type: 'button', text: '✕', 'aria-label': 'Close chat', onclick: function () { toggle(false); } });
+  var panel = h('section', { class: 'panel', id: 'deskbell-panel', role: 'dialog', 'aria-labelledby': 'deskbell-title', hidden: '' }, [h('header', {}, [heading, fresh, close]), log, form]);
+  panel.addEventListener('keydown', function (e) { if (e.key === 'Escape') toggle(false); });
+  var root = h('div', { class: 'root' }, [panel, launcher]);
+  if (data.accent) root.style.setProperty('--deskbell-accent', data.accent);
+  shadow.appendChild(style); shadow.appendChild(root);
+
+  function mount() { document.body.appendChild(host); if (state.open) toggle(true); }
+  if (document.body) mount(); else document.addEventListener('DOMContentLoaded', mount);
+
+  function isOpen() { return !panel.hidden; }
+  function toggle(open) {
+    if (open === undefined) open = !isOpen();
+    panel.hidden = !open;
+    launcher.setAttribute('aria-expanded', String(open));
+    launcher.setAttribute('aria-label', (open ? 'Close chat: ' : 'Open chat: ') + title);
+    state.open = open; save();
+    if (open) { if (!log.childElementCount) restore(); input.focus(); } else { launcher.focus(); }
+  }
+  function onKey(e) { if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); submit(); } }
+  function scroll() { log.scrollTop = log.scrollHeight; }
+
+  // ---- safe Markdown: builds nodes, never parses HTML ----------------------------
+  function safeUrl(u) { try { var p = new URL(u, base); return /^(https?|mailto):$/.test(p.protocol) ? p.href : null; } catch (e) { return null; } }
+  function inline(text, parent, sources) {
+    var re = /(\*\*[^*]+\*\*|\*[^*\s][^*]*\*|`[^`]+`|\[[^\]]+\]\([^)\s]+\)|\[\d+\]|https?:\/\/[^\s<)]+)/g;
+    var last = 0, m;
+    while ((m = re.exec(text))) {
+      if (m.index > last) parent.appendChild(document.createTextNode(text.slice(last, m.index)));
+      var t = m[0];
+      if (t[0] === '`') parent.appendChild(h('code', { text: t.slice(1, -1) }));
+      else if (t.slice(0, 2) === '**') inline(t.slice(2, -2), parent.appendChild(h('strong')), sources);
+      else if (t[0] === '*') inline(t.slice(1, -1), parent.appendChild(h('em')), sources);
+      else if (/^\[\d+\]$/.test(t)) {
+        var n = Number(t.slice(1, -1));
+        var src = sources && sources.filter(function (s) { return s.n === n; })[0];
+        var url = src && src.url && safeUrl(src.url);
+        parent.appendChild(h('sup', {}, [url ? h('a', { href: url, target: '_blank', rel: 'noopener noreferrer', 'aria-label': 'Source ' + n, text: '[' + n + ']' }) : '[' + n + ']']));
+      } else if (t[0] === '[') {
+        var mm = /^\[([^\]]+)\]\(([^)\s]+)\)$/.exec(t), href = safeUrl(mm[2]);
+        parent.appendChild(href ? h('a', { href: href, target: '_blank', rel: 'noopener noreferrer', text: mm[1] }) : document.createTextNode(mm[1]));
+      } else {
+        var u = safeUrl(t);
+        parent.appendChild(u ? h('a', { href: u, target: '_blank', rel: 'noopener noreferrer', text: t }) : document.createTextNode(t));
+      }
+      last = re.lastIndex;
+    }
+    if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+  }
+  function markdown(text, sources) {
+    var out = document.createDocumentFragment();
+    var blocks = text.split(/```/);
+    blocks.forEach(function (block, i) {
+      if (i % 2) { out.appendChild(h('pre', {}, [h('code', { text: block.replace(/^\w*\n/, '') })])); return; }
+      block.split(/\n{2,}/).forEach(function (para) {
+        if (!para.trim()) return;
+        var lines = para.split('\n');
+        var bullet = lines.every(function (l) { return /^\s*[-*]\s+/.test(l); });
+        var numbered = lines.every(function (l) { return /^\s*\d+[.)]\s+/.test(l); });
+        if (bullet || numbered) {
+          var list = h(bullet ? 'ul' : 'ol');
+          lines.forEach(function (l) { inline(l.replace(/^\s*([-*]|\d+[.)])\s+/, ''), list.appendChild(h('li')), sources); });
+          out.appendChild(list);
+        } else {
+          var p = h('p');
+          lines.forEach(function (l, j) { if (j) p.appendChild(h('br')); inline(l.replace(/^#{1,6}\s+/, ''), p, sources); });
+          out.appendChild(p);
+        }
+      });
+    });
+    return out;
+  }
+
+  // ---- messages ------------------------------------------------------------------
+  function visitorBubble(text) { log.appendChild(h('div', { class: 'msg visitor', text: text })); scroll(); }
+  function assistantBubble(id) {
+    var el = h('div', { class: 'msg assistant', 'data-message': id || '' });
+    var body = h('div', { class: 'body' });
+    el.appendChild(body); log.appendChild(el); scroll();
+    return { el: el, body: body, text: '', sources: [] };
+  }
+  function render(b) { b.body.replaceChildren(markdown(b.text, b.sources)); scroll(); }
+  function citations(b, items) {
+    b.sources = items; render(b);
+    var list = h('ol', { class: 'sources', 'aria-label': 'Sources' });
+    items.forEach(function (s) {
+      var url = s.url && safeUrl(s.url);
+      list.appendChild(h('li', { value: String(s.n) }, [url ? h('a', { href: url, target: '_blank', rel: 'noopener noreferrer', text: s.title }) : s.title]));
+    });
+    b.el.appendChild(list);
+  }
+  function stepLine(parent, label, status) {
+    var marks = { succeeded: ['✓', 'ok', ''], confirmed: ['✓', 'ok', 'Confirmed'], failed: ['✗', 'bad', 'Failed'], cancelled: ['', '', 'Cancelled'], expired: ['', '', 'Expired'], running: ['…', '', ''] };
+    var m = marks[status] || ['', '', status];
+    var line = h('div', { class: 'step ' + m[1], 'data-status': status }, [
+      m[0] ? h('span', { class: 'mark', 'aria-hidden': 'true', text: m[0] + ' ' }) : null,
+      m[2] ? h('strong', { text: m[2] }) : null,
+      (m[2] ? ' · ' : '') + label + (status === 'running' ? '…' : '')
+    ]);
+    parent.appendChild(line); scroll();
+    return line;
+  }
+  function errorLine(text) { log.appendChild(h('div', { class: 'error', role: 'alert', text: text })); scroll(); }
+
+  var WORDS = {
+    rate_limited: function (s) { return 'You are sending messages quickly. Please wait ' + s + ' seconds and try again.'; },
+    too_many_streams: function () { return 'Please wait for the current answer to finish.'; },
+    daily_budget_exhausted: function () { return 'The assistant has reached its limit for today. Please try again tomorrow.'; },
+    provider_unavailable: function () { return 'The assistant is unavailable right now. Please try again in a moment.'; },
+    confirmation_expired: function () { return 'This request expired before it was confirmed, so nothing was done.'; },
+    call_not_pending: function () { return 'This request was already answered.'; },
+    message_too_long: function () { return 'That message is too long. Please shorten it.'; },
+    origin_not_allowed: function () { return 'This chat is not set up for this website.'; }
+  };
+  function explain(code, retry) { return (WORDS[code] || function () { return 'Something went wrong. Please try again.'; })(retry || 1); }
+
+  // ---- API -----------------------------------------------------------------------
+  async function token(renew) {
+    if (state.token && !renew) return state.token;
+    var body = identity ? { site: site, user_id: identity.user_id, user_hash: identity.user_hash } : { site: site };
+    var r = await fetch(base + '/v1/visitors', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    var j = await r.json();
+    if (!r.ok) throw { code: j.error && j.error.code };
+    state.token = j.token; state.visitor = j.visitor; save();
+    return j.token;
+  }
+  async function call(method, path, body) {
+    for (var attempt = 0; attempt < 2; attempt++) {
+      var r = await fetch(base + path, { method: method, headers: { 'content-type': 'application/json', authorization: 'Bearer ' + await token(attempt > 0) }, body: body && JSON.stringify(body) });
+      if (r.status !== 401) return r;
+    }
+    return r;
+  }
+  async function stream(response, handlers) {
+    var reader = response.body.getReader(), dec = new TextDecoder(), buf = '';
+    for (;;) {
+      var chunk = await reader.read();
+      if (chunk.done) break;
+      buf += dec.decode(chunk.value, { stream: true });
+      var i;
+      while ((i = buf.indexOf('\n\n')) >= 0) {
+        var block = buf.slice(0, i); buf = buf.slice(i + 2);
+        var name = /^event: ?(.*)$/m.exec(block), payload = /^data: ?(.*)$/m.exec(block);
+        if (name && payload && handlers[name[1]]) handlers[name[1]](JSON.parse(payload[1]));
+      }
+    }
+  }
+  function setBusy(on) { busy = on; send.disabled = on; }
+
+  async function ask(body, onDecision) {
+    setBusy(true);
+    var typing = h('div', { class: 'msg assistant typing', text: 'Typing…', 'aria-label': 'The assistant is typing' });
+    log.appendChild(typing); scroll();
+    var bubble = null;
+    try {
+      var r = await call('POST', '/v1/ask', body);
+      if (!r.ok) {
+        var j = await r.json().catch(function () { return {}; });
+        var code = j.error && j.error.code;
+        typing.remove();
+        errorLine(explain(code, r.headers.get('retry-after')));
+        return code;
+      }
+      await stream(r, {
+        decision: function (d) { if (onDecision) onDecision(d.status); },
+        turn: function (t) { typing.remove(); state.conversation = t.conversation; save(); bubble = assistantBubble(t.message); },
+        delta: function (d) { if (!bubble) bubble = assistantBubble(); bubble.text += d.text; render(bubble); },
+        step: function (s) {
+          if (!bubble) return;
+          var old = bubble.el.querySelector('[data-call="' + s.call + '"]');
+          var line = stepLine(bubble.el, s.label, s.status); line.setAttribute('data-call', s.call);
+          if (old) old.replaceWith(line);
+        },
+        confirm: function (c) { if (bubble) showCard(bubble.el, c, state.conversation); },
+        citations: function (c) { if (bubble) citations(bubble, c.items); },
+        error: function (e) { errorLine(e.message); },
+        done: function () { typing.remove(); }
+      });
+    } catch (e) {
+      typing.remove();
+      errorLine(navigator.onLine === false ? 'You appear to be offline. Check your connection and try again.' : 'The connection was interrupted. Please try again.');
+    } finally {
+      typing.remove();
+      setBusy(false);
+      input.focus();
+    }
+  }
+
+  function submit() {
+    var text = input.value.trim();
+    if (!text || busy) return;
+    input.value = '';
+    visitorBubble(text);
+    ask({ conversation: state.conversation || null, message: text });
+  }
+
+  // ---- the confirmation card ----------------------------------------------------
+  function showCard(parent, c, conversation) {
+    var left = h('p', { class: 'left', 'aria-live': 'off' });
+    var list = h('dl');
+    c.arguments.forEach(function (a) { list.appendChild(h('div', { style: 'display:contents' }, [h('dt', { text: a.name }), h('dd', { text: a.value })])); });
+    var cancel = h('button', { type: 'button', class: 'cancel', text: 'Cancel', 'aria-label': 'Cancel: ' + c.label });
+    var confirm = h('button', { type: 'button', class: 'confirm', text: 'Confirm', 'aria-label': 'Confirm: ' + c.label });
+    var el = h('div', { class: 'card', role: 'group', 'aria-label': 'Confirmation needed: ' + c.label, 'data-call': c.call }, [h('h3', { text: c.label }), list, left, h('div', { class: 'actions' }, [cancel, confirm])]);
+    parent.appendChild(el); scroll();
+    var card = { el: el, conversation: conversation };
+    var expires = Date.parse(c.expires_at);
+    function settle(status) {
+      clearInterval(card.timer);
+      cards = cards.filter(function (x) { return x !== card; });
+      var line = stepLine(parent, c.label, status); line.setAttribute('data-call', c.call);
+      el.replaceWith(line);
+    }
+    function tick() {
+      var s = Math.max(0, Math.round((expires - Date.now()) / 1000));
+      if (s <= 0) { settle('expired'); return; }
+      left.textContent = 'Expires in ' + Math.floor(s / 60) + ':' + String(s % 60).padStart(2, '0');
+    }
+    async function answer(decision) {
+      // A card is answered only while the widget is open on its conversation.
+      if (busy || !isOpen() || state.conversation !== conversation) return;
+      cancel.disabled = confirm.disabled = true;
+      var code = await ask({ conversation: conversation, call: c.call, decision: decision, signature: c.signature }, function (status) { settle(status); });
+      if (code === 'confirmation_expired') settle('expired');
+      else if (code === 'call_not_pending') { clearInterval(card.timer); el.querySelector('.actions').remove(); left.textContent = ''; }
+      else if (code) cancel.disabled = confirm.disabled = false;
+    }
+    cancel.addEventListener('click', function () { answer('cancel'); });
+    confirm.addEventListener('click', function () { answer('confirm'); });
+    card.timer = setInterval(tick, 1000); tick();
+    cards.push(card);
+  }
+
+  // ---- history ---------------------------------------------------------------------
+  async function restore() {
+    if (data.greeting !== '') log.appendChild(h('div', { class: 'msg assistant greeting' }, [h('div', { class: 'body', text: data.greeting || 'Hi! How can we help you today?' })]));
+    if (!state.conversation || !state.token) return;
+    try {
+      var r = await call('GET', '/v1/conversations/' + encodeURIComponent(state.conversation));
+      if (r.status === 404) { state.conversation = null; save(); return; }
+      if (!r.ok) { var j = await r.json().catch(function () { return {}; }); errorLine(explain(j.error && j.error.code, r.headers.get('retry-after'))); return; }
+      var convo = await r.json();
+      convo.messages.forEach(function (m) {
+        if (m.role === 'visitor') { visitorBubble(m.text); return; }
+        var b = assistantBubble(m.id); b.text = m.text; b.sources = m.citations || []; render(b);
+        if (m.citations && m.citations.length) citations(b, m.citations);
+        (m.steps || []).forEach(function (s) {
+          if (s.kind === 'confirmation' && s.status === 'pending' && s.signature) showCard(b.el, s, convo.id);
+          else stepLine(b.el, s.label, s.status).setAttribute('data-call', s.call);
+        });
+        if (m.status === 'failed' && !m.text) errorLine('This answer could not be completed.');
+      });
+    } catch (e) { errorLine('You appear to be offline. Check your connection and try again.'); }
+  }
+  function clearLog() { cards.forEach(function (c) { clearInterval(c.timer); }); cards = []; log.replaceChildren(); }
+  function newConversation() { state.conversation = null; save(); clearLog(); restore(); input.focus(); }
+
+  window.Deskbell = Object.freeze({
+    open: function () { toggle(true); },
+    close: function () { toggle(false); },
+    identify: function (user) { identity = { user_id: String(user.user_id), user_hash: String(user.user_hash) }; state = {}; save(); clearLog(); if (isOpen()) restore(); },
+    reset: function () { identity = null; state = {}; try { localStorage.removeItem(key); } catch (e) { /* ignore */ } clearLog(); if (isOpen()) restore(); }
+  });
+})();
