@@ -19,6 +19,7 @@ use tower_http::trace::TraceLayer;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, SiteConfig};
 use crate::guard::counters::{Counters, LocalCounters};
+use crate::knowledge::Knowledge;
 use crate::llm::{OpenAiProvider, Provider};
 use crate::secret::Keys;
 use crate::store::Store;
@@ -49,6 +50,7 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     pub provider: Arc<dyn Provider>,
     pub executor: Executor,
+    pub knowledge: Knowledge,
     /// Turns run as tasks that outlive their request; shutdown waits for them.
     pub turns: TaskTracker,
     /// Rate-limit buckets and stream slots.
@@ -103,6 +105,7 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         .iter()
         .filter_map(|p| p.parse().ok())
         .collect();
+    let knowledge = Knowledge::open(&config)?;
     let mut sites = HashMap::new();
     for site in &config.sites {
         let tools = Toolbox::new(&site.tools)?;
@@ -122,6 +125,7 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         clock,
         provider,
         executor: Executor::new()?,
+        knowledge,
         turns: TaskTracker::new(),
         counters: overrides
             .counters

@@ -30,6 +30,13 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// (Re)indexes the knowledge of every site, or of one.
+    Ingest {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        site: Option<String>,
+    },
     /// Works with the audit table.
     Audit {
         #[command(subcommand)]
@@ -67,6 +74,7 @@ pub fn main() -> ExitCode {
             Command::Serve { config } => serve(config, &env).await,
             Command::Demo => crate::demo::run(&env).await,
             Command::Check { config } => check(config, &env),
+            Command::Ingest { config, site } => ingest(config, site),
             Command::Audit {
                 command:
                     AuditCommand::Export {
@@ -164,6 +172,30 @@ fn check(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+fn ingest(path: PathBuf, only: Option<String>) -> anyhow::Result<ExitCode> {
+    let config = Config::load_unchecked(&path)?;
+    let sites: Vec<_> = config
+        .sites
+        .iter()
+        .filter(|s| only.as_ref().is_none_or(|o| *o == s.id))
+        .collect();
+    if sites.is_empty() {
+        eprintln!("{}: no site {:?}", path.display(), only.unwrap_or_default());
+        return Ok(ExitCode::from(1));
+    }
+    for site in sites {
+        let r = crate::knowledge::ingest_site(&config.server.data_dir, site)?;
+        println!(
+            "{}: {} added, {} updated, {} unchanged, {} removed ({} chunks written)",
+            site.id, r.added, r.updated, r.unchanged, r.removed, r.chunks
+        );
+        for s in &r.skipped {
+            println!("  skipped {}: {}", s.path, s.reason);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn export(

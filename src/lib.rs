@@ -12,6 +12,7 @@ pub mod demo;
 pub mod error;
 pub mod guard;
 pub mod ids;
+pub mod knowledge;
 pub mod llm;
 pub mod secret;
 pub mod server;

@@ -2,6 +2,7 @@
 //! the conversation so far.
 
 use crate::config::SiteConfig;
+use crate::knowledge::Passage;
 use crate::llm::ChatMessage;
 use crate::store::Store;
 
@@ -15,7 +16,31 @@ pub enum Part {
     Continuation,
 }
 
-pub fn system(site: &SiteConfig, part: Part) -> ChatMessage {
+/// What the model is told about the site's knowledge for a question: the numbered
+/// passages, or that nothing relevant was found. `None` when the site has none.
+pub fn sources(passages: Option<&[Passage]>) -> String {
+    let Some(passages) = passages else {
+        return String::new();
+    };
+    if passages.is_empty() {
+        return "\n\nNo relevant passages were found in the site's documents for this question. \
+                If you cannot answer from the conversation or a tool, say that you do not know; \
+                do not invent an answer."
+            .into();
+    }
+    let mut text = String::from("\n\nSources from the site's documents:\n");
+    for (i, p) in passages.iter().enumerate() {
+        text.push_str(&format!("\n[{}] {}\n{}\n", i + 1, p.title, p.text));
+    }
+    text.push_str(
+        "\nAnswer from these sources when they are relevant and cite each fact you take from one \
+         as [n], with its number. If they do not contain the answer, say that you do not know; \
+         do not invent an answer.",
+    );
+    text
+}
+
+pub fn system(site: &SiteConfig, part: Part, knowledge: &str) -> ChatMessage {
     let mut text = String::new();
     if !site.instructions.trim().is_empty() {
         text.push_str(site.instructions.trim());
@@ -36,6 +61,7 @@ pub fn system(site: &SiteConfig, part: Part) -> ChatMessage {
              when you use one, cite it as [n]. Do not cite anything else.",
         );
     }
+    text.push_str(knowledge);
     ChatMessage::System { content: text }
 }
 

@@ -110,7 +110,9 @@ impl Turn {
             true => Vec::new(),
             false => prompt::history(&store, &self.conversation).await?,
         };
-        let mut messages = vec![prompt::system(&site.config, Part::Question)];
+        let passages = self.retrieve(&message).await;
+        let knowledge = prompt::sources(passages.as_deref());
+        let mut messages = vec![prompt::system(&site.config, Part::Question, &knowledge)];
         messages.extend(history);
         messages.push(ChatMessage::User {
             content: message.clone(),
@@ -186,7 +188,12 @@ impl Turn {
                 status: to.as_str(),
             })
             .await;
-        let mut messages = vec![prompt::system(&self.caller.site.config, Part::Continuation)];
+        // The continuation runs no retrieval: its only sources are tool results.
+        let mut messages = vec![prompt::system(
+            &self.caller.site.config,
+            Part::Continuation,
+            "",
+        )];
         let context: Vec<ChatMessage> =
             serde_json::from_str(call.context.as_deref().unwrap_or("[]"))?;
         messages.extend(context);
@@ -216,6 +223,34 @@ impl Turn {
         });
         let status = self.rounds(messages, &mut bubble, None).await;
         self.close(bubble, status).await
+    }
+
+    /// The site's passages for a question, numbered as the answer's possible
+    /// citations; `None` when the site has no knowledge. A failed search is logged
+    /// and the turn goes on without sources.
+    async fn retrieve(&mut self, question: &str) -> Option<Vec<crate::knowledge::Passage>> {
+        let site = &self.caller.site.config.id;
+        if !self.app.knowledge.has(site) {
+            return None;
+        }
+        let passages = match self.app.knowledge.search(site, question).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = format!("{e:#}"), "knowledge search failed");
+                Vec::new()
+            }
+        };
+        self.sources = passages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Citation {
+                n: i as u32 + 1,
+                title: p.title.clone(),
+                url: p.url.clone(),
+                snippet: snippet(&p.text),
+            })
+            .collect();
+        Some(passages)
     }
 
     /// Model rounds until the model answers without tool calls, a card stops the

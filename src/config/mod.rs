@@ -148,7 +148,7 @@ pub struct SiteConfig {
     #[serde(default)]
     pub instructions: String,
     #[serde(default)]
-    pub knowledge: Vec<String>,
+    pub knowledge: Vec<KnowledgeSource>,
     pub identity_secret_env: Option<String>,
     #[serde(default)]
     pub require_verified_identity: bool,
@@ -158,6 +158,28 @@ pub struct SiteConfig {
     pub tools: Vec<ToolConfig>,
     #[serde(skip)]
     pub identity_secret: Option<Secret>,
+}
+
+/// A file or folder of knowledge: a path, or `{ path, base_url }` so that
+/// `docs/returns.md` under base `https://acme.example/help` cites
+/// `https://acme.example/help/returns`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum KnowledgeSource {
+    Path(String),
+    Folder {
+        path: String,
+        base_url: Option<String>,
+    },
+}
+
+impl KnowledgeSource {
+    pub fn parts(&self) -> (&str, Option<&str>) {
+        match self {
+            KnowledgeSource::Path(p) => (p, None),
+            KnowledgeSource::Folder { path, base_url } => (path, base_url.as_deref()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

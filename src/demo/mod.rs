@@ -25,7 +25,7 @@ const KNOWLEDGE: &[(&str, &str)] = &[
 pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
     let data = PathBuf::from(DATA_DIR);
     std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
-    let knowledge = data.join("knowledge");
+    let knowledge = data.join("docs");
     std::fs::create_dir_all(&knowledge)?;
     for (name, text) in KNOWLEDGE {
         std::fs::write(knowledge.join(name), text)?;
@@ -47,10 +47,16 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
         "(demo configuration)",
         &env,
     )?;
+    // The bundled documents may have changed with this version: bring the index up
+    // to date (unchanged documents are skipped).
+    for site in &config.sites {
+        let report = crate::knowledge::ingest_site(&config.server.data_dir, site)?;
+        crate::knowledge::log_report(&site.id, &report);
+    }
     let app = crate::app::build(config, Default::default()).await?;
     let router = crate::app::router(app.clone())
         .merge(shop::router(tools_secret.into_bytes(), app.clock.clone()))
-        .merge(page::router());
+        .merge(page::router(KNOWLEDGE));
     let listener = tokio::net::TcpListener::bind(&bind)
         .await
         .with_context(|| format!("cannot listen on {bind} (is another demo running?)"))?;
@@ -101,7 +107,7 @@ id = "acme"
 name = "Acme Store"
 origins = ["{base}", "{localhost}"]
 instructions = "You are the support assistant of Acme Store, a small online shop. Be friendly and brief. Look orders up before acting on them."
-knowledge = ["{knowledge}"]
+knowledge = [{{ path = "{knowledge}", base_url = "{base}/help" }}]
 
 [[site.tool]]
 name = "lookup_order"

@@ -4,6 +4,7 @@ mod ask;
 mod cli;
 mod confirm;
 mod guards;
+mod knowledge;
 mod postgres;
 mod support;
 mod visitors;

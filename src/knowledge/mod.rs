@@ -1,0 +1,76 @@
+//! The operator's knowledge: sources read into documents (`source.rs`, `html.rs`),
+//! chunked by structure (`chunk.rs`) and indexed per site for BM25 search
+//! (`index.rs`). A question's turn gives the best passages to the model as numbered
+//! sources; the answer's `[n]` markers become its citations.
+
+mod chunk;
+mod html;
+mod index;
+mod source;
+
+pub use index::{Passage, Report};
+pub use source::Skipped;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::config::{Config, SiteConfig};
+
+/// Passages given to the model per question.
+pub const PASSAGES: usize = 6;
+
+#[derive(Default)]
+pub struct Knowledge {
+    sites: HashMap<String, Arc<index::SiteIndex>>,
+}
+
+impl Knowledge {
+    /// Opens every site's index, building those that are missing first.
+    pub fn open(config: &Config) -> anyhow::Result<Knowledge> {
+        let mut sites = HashMap::new();
+        for site in config.sites.iter().filter(|s| !s.knowledge.is_empty()) {
+            let dir = index::folder(&config.server.data_dir, &site.id);
+            if !dir.exists() {
+                let report = ingest_site(&config.server.data_dir, site)?;
+                log_report(&site.id, &report);
+            }
+            sites.insert(site.id.clone(), Arc::new(index::SiteIndex::open(&dir)?));
+        }
+        Ok(Knowledge { sites })
+    }
+
+    /// The passages most relevant to a question, off the async threads.
+    pub async fn search(&self, site: &str, question: &str) -> anyhow::Result<Vec<Passage>> {
+        let Some(index) = self.sites.get(site).cloned() else {
+            return Ok(Vec::new());
+        };
+        let question = question.to_string();
+        tokio::task::spawn_blocking(move || index.search(&question, PASSAGES)).await?
+    }
+
+    pub fn has(&self, site: &str) -> bool {
+        self.sites.contains_key(site)
+    }
+}
+
+/// Reads a site's sources and brings its index up to date.
+pub fn ingest_site(data_dir: &Path, site: &SiteConfig) -> anyhow::Result<Report> {
+    let (documents, skipped) = source::read_sources(&site.knowledge);
+    index::ingest(&index::folder(data_dir, &site.id), documents, skipped)
+}
+
+pub fn log_report(site: &str, r: &Report) {
+    tracing::info!(
+        site,
+        added = r.added,
+        updated = r.updated,
+        unchanged = r.unchanged,
+        removed = r.removed,
+        chunks = r.chunks,
+        "knowledge indexed"
+    );
+    for s in &r.skipped {
+        tracing::warn!(site, path = %s.path, reason = %s.reason, "knowledge source skipped");
+    }
+}

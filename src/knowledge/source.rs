@@ -1,0 +1,168 @@
+//! Reading a site's knowledge sources into documents: Markdown, plain text and HTML
+//! files, alone or in folders. A source that cannot be read is reported with its
+//! path and reason and skipped; the others are still ingested.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::config::KnowledgeSource;
+
+/// Files above this are skipped: knowledge is prose, not data dumps.
+pub const MAX_FILE_BYTES: u64 = 5 * 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// The file's path, as the document's identity in the index.
+    pub path: String,
+    pub title: String,
+    /// Where visitors can read it, when the source has a base URL.
+    pub url: Option<String>,
+    pub text: String,
+    /// SHA-256 of the file's bytes, to skip unchanged documents.
+    pub hash: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Markdown,
+    Text,
+    Html,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub path: String,
+    pub reason: String,
+}
+
+/// Every readable document of the sources, and every one that was skipped.
+pub fn read_sources(sources: &[KnowledgeSource]) -> (Vec<Document>, Vec<Skipped>) {
+    let mut documents = Vec::new();
+    let mut skipped = Vec::new();
+    for source in sources {
+        let (root, base_url) = source.parts();
+        let root = PathBuf::from(root);
+        if root.is_dir() {
+            let mut files = Vec::new();
+            walk(&root, &mut files, &mut skipped);
+            files.sort();
+            for file in files {
+                let url = base_url.and_then(|base| public_url(base, &root, &file));
+                read_one(&file, url, &mut documents, &mut skipped);
+            }
+        } else if root.is_file() {
+            let url = base_url.map(str::to_string);
+            read_one(&root, url, &mut documents, &mut skipped);
+        } else {
+            skipped.push(Skipped {
+                path: root.display().to_string(),
+                reason: "no such file or folder".into(),
+            });
+        }
+    }
+    (documents, skipped)
+}
+
+fn walk(dir: &Path, files: &mut Vec<PathBuf>, skipped: &mut Vec<Skipped>) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            skipped.push(Skipped {
+                path: dir.display().to_string(),
+                reason: format!("cannot be read: {e}"),
+            });
+            return;
+        }
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
+        if hidden {
+            continue;
+        }
+        if path.is_dir() {
+            walk(&path, files, skipped);
+        } else if kind_of(&path).is_some() {
+            files.push(path);
+        } else {
+            skipped.push(Skipped {
+                path: path.display().to_string(),
+                reason: "not a Markdown, text or HTML file".into(),
+            });
+        }
+    }
+}
+
+fn kind_of(path: &Path) -> Option<Kind> {
+    match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+        "md" | "markdown" => Some(Kind::Markdown),
+        "txt" => Some(Kind::Text),
+        "html" | "htm" => Some(Kind::Html),
+        _ => None,
+    }
+}
+
+fn read_one(
+    path: &Path,
+    url: Option<String>,
+    documents: &mut Vec<Document>,
+    skipped: &mut Vec<Skipped>,
+) {
+    let shown = path.display().to_string();
+    let mut skip = |reason: String| {
+        skipped.push(Skipped {
+            path: shown.clone(),
+            reason,
+        })
+    };
+    let Some(kind) = kind_of(path) else {
+        return skip("not a Markdown, text or HTML file".into());
+    };
+    match std::fs::metadata(path) {
+        Ok(m) if m.len() > MAX_FILE_BYTES => {
+            return skip(format!("larger than {} MiB", MAX_FILE_BYTES / 1024 / 1024));
+        }
+        Ok(_) => {}
+        Err(e) => return skip(format!("cannot be read: {e}")),
+    }
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => return skip(format!("cannot be read: {e}")),
+    };
+    let Ok(raw) = String::from_utf8(bytes.clone()) else {
+        return skip("is not UTF-8 text".into());
+    };
+    let (title, text) = match kind {
+        Kind::Html => super::html::to_text(&raw),
+        Kind::Markdown | Kind::Text => (markdown_title(&raw), raw),
+    };
+    let fallback = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("Document")
+        .replace(['-', '_'], " ");
+    documents.push(Document {
+        path: shown.clone(),
+        title: title.unwrap_or(fallback),
+        url,
+        text,
+        hash: hex::encode(Sha256::digest(&bytes)),
+    });
+}
+
+fn markdown_title(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("# "))
+        .map(|t| t.trim().to_string())
+}
+
+/// `docs/returns.md` under base `https://acme.example/help` → `https://acme.example/help/returns`.
+fn public_url(base: &str, root: &Path, file: &Path) -> Option<String> {
+    let relative = file.strip_prefix(root).ok()?.with_extension("");
+    let tail: Vec<&str> = relative.iter().filter_map(|p| p.to_str()).collect();
+    Some(format!("{}/{}", base.trim_end_matches('/'), tail.join("/")))
+}
