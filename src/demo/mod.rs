@@ -16,7 +16,8 @@ use crate::config::{Config, Env};
 const DATA_DIR: &str = "./deskbell-data";
 const TOOLS_SECRET_VAR: &str = "DESKBELL_DEMO_TOOLS_SECRET";
 
-const KNOWLEDGE: &[(&str, &str)] = &[
+/// The demo site's bundled documents, by file name.
+pub const KNOWLEDGE: &[(&str, &str)] = &[
     ("shipping.md", include_str!("knowledge/shipping.md")),
     ("returns.md", include_str!("knowledge/returns.md")),
     ("warranty.md", include_str!("knowledge/warranty.md")),

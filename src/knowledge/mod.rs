@@ -42,11 +42,21 @@ impl Knowledge {
 
     /// The passages most relevant to a question, off the async threads.
     pub async fn search(&self, site: &str, question: &str) -> anyhow::Result<Vec<Passage>> {
+        self.search_top(site, question, PASSAGES).await
+    }
+
+    /// The `limit` best passages.
+    pub async fn search_top(
+        &self,
+        site: &str,
+        question: &str,
+        limit: usize,
+    ) -> anyhow::Result<Vec<Passage>> {
         let Some(index) = self.sites.get(site).cloned() else {
             return Ok(Vec::new());
         };
         let question = question.to_string();
-        tokio::task::spawn_blocking(move || index.search(&question, PASSAGES)).await?
+        tokio::task::spawn_blocking(move || index.search(&question, limit)).await?
     }
 
     pub fn has(&self, site: &str) -> bool {

@@ -8,6 +8,7 @@
 
 mod client;
 mod figures;
+mod knowledge;
 mod server;
 mod stats;
 

@@ -16,14 +16,25 @@ pub struct Server {
     pub base: String,
     pub child: Child,
     pub started_in: Duration,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 /// Guards set far above the load, except on the `limited` site.
-pub fn config(llm: &FakeLlm, hook: &Webhook, port: u16, db: &std::path::Path) -> String {
+pub fn config(
+    llm: &FakeLlm,
+    hook: &Webhook,
+    port: u16,
+    dir: &std::path::Path,
+    knowledge: Option<&std::path::Path>,
+) -> String {
+    let db = dir.join("bench.db");
+    let knowledge = knowledge
+        .map(|k| format!("knowledge = [\"{}\"]", k.display()))
+        .unwrap_or_default();
     format!(
         r#"
 [server]
+data_dir = "{data}"
 bind = "127.0.0.1:{port}"
 database_url = "sqlite://{db}"
 sqlite_synchronous = "{sync}"
@@ -36,6 +47,7 @@ max_output_tokens = 256
 [[site]]
 id = "bench"
 origins = ["{ORIGIN}"]
+{knowledge}
 [site.limits]
 requests_per_minute = 1000000
 requests_per_minute_per_ip = 1000000
@@ -61,6 +73,7 @@ concurrent_streams = 100000
 daily_token_budget = 1000000000000
 "#,
         db = db.display(),
+        data = dir.display(),
         sync = std::env::var("BENCH_SQLITE_SYNCHRONOUS").unwrap_or_else(|_| "full".into()),
         llm = llm.base_url,
         hook = hook.url("/cancel"),
@@ -80,11 +93,23 @@ fn deskbell_binary() -> anyhow::Result<PathBuf> {
 
 pub async fn start(llm: &FakeLlm, hook: &Webhook) -> anyhow::Result<Server> {
     let dir = tempfile::tempdir()?;
+    let mut server = start_in(dir.path(), None, llm, hook).await?;
+    server._dir = Some(dir);
+    Ok(server)
+}
+
+/// Starts a server keeping its files in `dir`, optionally with a knowledge folder.
+pub async fn start_in(
+    dir: &std::path::Path,
+    knowledge: Option<&std::path::Path>,
+    llm: &FakeLlm,
+    hook: &Webhook,
+) -> anyhow::Result<Server> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let path = dir.path().join("bench.toml");
-    std::fs::write(&path, config(llm, hook, port, &dir.path().join("bench.db")))?;
+    let path = dir.join("bench.toml");
+    std::fs::write(&path, config(llm, hook, port, dir, knowledge))?;
     let started = Instant::now();
     let child = Command::new(deskbell_binary()?)
         .args(["serve", "--config"])
@@ -114,7 +139,7 @@ pub async fn start(llm: &FakeLlm, hook: &Webhook) -> anyhow::Result<Server> {
         base,
         started_in: started.elapsed(),
         child,
-        _dir: dir,
+        _dir: None,
     })
 }
 
