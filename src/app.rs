@@ -105,7 +105,7 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         .iter()
         .filter_map(|p| p.parse().ok())
         .collect();
-    let knowledge = Knowledge::open(&config)?;
+    let knowledge = Knowledge::open(&config).await?;
     let mut sites = HashMap::new();
     for site in &config.sites {
         let tools = Toolbox::new(&site.tools)?;

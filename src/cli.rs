@@ -74,7 +74,7 @@ pub fn main() -> ExitCode {
             Command::Serve { config } => serve(config, &env).await,
             Command::Demo => crate::demo::run(&env).await,
             Command::Check { config } => check(config, &env),
-            Command::Ingest { config, site } => ingest(config, site),
+            Command::Ingest { config, site } => ingest(config, site).await,
             Command::Audit {
                 command:
                     AuditCommand::Export {
@@ -174,7 +174,7 @@ fn check(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn ingest(path: PathBuf, only: Option<String>) -> anyhow::Result<ExitCode> {
+async fn ingest(path: PathBuf, only: Option<String>) -> anyhow::Result<ExitCode> {
     let config = Config::load_unchecked(&path)?;
     let sites: Vec<_> = config
         .sites
@@ -186,7 +186,7 @@ fn ingest(path: PathBuf, only: Option<String>) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     for site in sites {
-        let r = crate::knowledge::ingest_site(&config.server.data_dir, site)?;
+        let r = crate::knowledge::ingest_site(&config.server.data_dir, site).await?;
         println!(
             "{}: {} added, {} updated, {} unchanged, {} removed ({} chunks written)",
             site.id, r.added, r.updated, r.unchanged, r.removed, r.chunks

@@ -51,7 +51,7 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
     // The bundled documents may have changed with this version: bring the index up
     // to date (unchanged documents are skipped).
     for site in &config.sites {
-        let report = crate::knowledge::ingest_site(&config.server.data_dir, site)?;
+        let report = crate::knowledge::ingest_site(&config.server.data_dir, site).await?;
         crate::knowledge::log_report(&site.id, &report);
     }
     let app = crate::app::build(config, Default::default()).await?;

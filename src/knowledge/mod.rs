@@ -7,6 +7,7 @@ mod chunk;
 mod html;
 mod index;
 mod source;
+mod web;
 
 pub use index::{Passage, Report};
 pub use source::Skipped;
@@ -27,12 +28,12 @@ pub struct Knowledge {
 
 impl Knowledge {
     /// Opens every site's index, building those that are missing first.
-    pub fn open(config: &Config) -> anyhow::Result<Knowledge> {
+    pub async fn open(config: &Config) -> anyhow::Result<Knowledge> {
         let mut sites = HashMap::new();
         for site in config.sites.iter().filter(|s| !s.knowledge.is_empty()) {
             let dir = index::folder(&config.server.data_dir, &site.id);
             if !dir.exists() {
-                let report = ingest_site(&config.server.data_dir, site)?;
+                let report = ingest_site(&config.server.data_dir, site).await?;
                 log_report(&site.id, &report);
             }
             sites.insert(site.id.clone(), Arc::new(index::SiteIndex::open(&dir)?));
@@ -65,9 +66,10 @@ impl Knowledge {
 }
 
 /// Reads a site's sources and brings its index up to date.
-pub fn ingest_site(data_dir: &Path, site: &SiteConfig) -> anyhow::Result<Report> {
-    let (documents, skipped) = source::read_sources(&site.knowledge);
-    index::ingest(&index::folder(data_dir, &site.id), documents, skipped)
+pub async fn ingest_site(data_dir: &Path, site: &SiteConfig) -> anyhow::Result<Report> {
+    let (documents, skipped) = source::read_sources(&site.knowledge).await;
+    let dir = index::folder(data_dir, &site.id);
+    tokio::task::spawn_blocking(move || index::ingest(&dir, documents, skipped)).await?
 }
 
 pub fn log_report(site: &str, r: &Report) {

@@ -1,6 +1,6 @@
-//! Reading a site's knowledge sources into documents: Markdown, plain text and HTML
-//! files, alone or in folders. A source that cannot be read is reported with its
-//! path and reason and skipped; the others are still ingested.
+//! Reading a site's knowledge sources into documents: Markdown, plain text, HTML and
+//! PDF files, alone or in folders, and web pages (`web.rs`). A source that cannot be
+//! read is reported with its path and reason and skipped; the others are ingested.
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +28,7 @@ pub enum Kind {
     Markdown,
     Text,
     Html,
+    Pdf,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,11 +38,15 @@ pub struct Skipped {
 }
 
 /// Every readable document of the sources, and every one that was skipped.
-pub fn read_sources(sources: &[KnowledgeSource]) -> (Vec<Document>, Vec<Skipped>) {
+pub async fn read_sources(sources: &[KnowledgeSource]) -> (Vec<Document>, Vec<Skipped>) {
     let mut documents = Vec::new();
     let mut skipped = Vec::new();
     for source in sources {
         let (root, base_url) = source.parts();
+        if super::web::is_url(root) {
+            super::web::read(root, &mut documents, &mut skipped).await;
+            continue;
+        }
         let root = PathBuf::from(root);
         if root.is_dir() {
             let mut files = Vec::new();
@@ -91,7 +96,7 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, skipped: &mut Vec<Skipped>) {
         } else {
             skipped.push(Skipped {
                 path: path.display().to_string(),
-                reason: "not a Markdown, text or HTML file".into(),
+                reason: "not a Markdown, text, HTML or PDF file".into(),
             });
         }
     }
@@ -102,6 +107,7 @@ fn kind_of(path: &Path) -> Option<Kind> {
         "md" | "markdown" => Some(Kind::Markdown),
         "txt" => Some(Kind::Text),
         "html" | "htm" => Some(Kind::Html),
+        "pdf" => Some(Kind::Pdf),
         _ => None,
     }
 }
@@ -120,7 +126,7 @@ fn read_one(
         })
     };
     let Some(kind) = kind_of(path) else {
-        return skip("not a Markdown, text or HTML file".into());
+        return skip("not a Markdown, text, HTML or PDF file".into());
     };
     match std::fs::metadata(path) {
         Ok(m) if m.len() > MAX_FILE_BYTES => {
@@ -133,12 +139,19 @@ fn read_one(
         Ok(b) => b,
         Err(e) => return skip(format!("cannot be read: {e}")),
     };
-    let Ok(raw) = String::from_utf8(bytes.clone()) else {
-        return skip("is not UTF-8 text".into());
-    };
-    let (title, text) = match kind {
-        Kind::Html => super::html::to_text(&raw),
-        Kind::Markdown | Kind::Text => (markdown_title(&raw), raw),
+    let (title, text) = if kind == Kind::Pdf {
+        match pdf_text(&bytes) {
+            Some(text) => (None, text),
+            None => return skip("not a readable PDF".into()),
+        }
+    } else {
+        let Ok(raw) = String::from_utf8(bytes.clone()) else {
+            return skip("is not UTF-8 text".into());
+        };
+        match kind {
+            Kind::Html => super::html::to_text(&raw),
+            _ => (markdown_title(&raw), raw),
+        }
     };
     let fallback = path
         .file_stem()
@@ -152,6 +165,20 @@ fn read_one(
         text,
         hash: hex::encode(Sha256::digest(&bytes)),
     });
+}
+
+/// The text of a PDF. The parser can panic on malformed files, which must not take
+/// the ingest down with it: a panic is a broken PDF like any other.
+fn pdf_text(bytes: &[u8]) -> Option<String> {
+    let text = std::panic::catch_unwind(|| pdf_extract::extract_text_from_mem(bytes))
+        .ok()?
+        .ok()?;
+    let paragraphs: Vec<String> = text
+        .split("\n\n")
+        .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|p| !p.is_empty())
+        .collect();
+    (!paragraphs.is_empty()).then(|| paragraphs.join("\n\n"))
 }
 
 fn markdown_title(text: &str) -> Option<String> {

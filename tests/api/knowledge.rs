@@ -208,7 +208,7 @@ fn ingest_reports_skips_and_is_incremental() {
         "{first}"
     );
     assert!(
-        first.contains("logo.png: not a Markdown, text or HTML file"),
+        first.contains("logo.png: not a Markdown, text, HTML or PDF file"),
         "{first}"
     );
     assert!(first.contains("huge.md: larger than 5 MiB"), "{first}");
@@ -228,5 +228,149 @@ fn ingest_reports_skips_and_is_incremental() {
     assert!(
         third.starts_with("acme: 0 added, 1 updated, 2 unchanged, 1 removed"),
         "{third}"
+    );
+}
+
+/// A one-page PDF with `text` in Helvetica, with a correct cross-reference table.
+fn minimal_pdf(text: &str) -> Vec<u8> {
+    let content = format!("BT /F1 18 Tf 72 700 Td ({text}) Tj ET");
+    let objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_string(),
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>".to_string(),
+        format!("<< /Length {} >>\nstream\n{content}\nendstream", content.len()),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
+    ];
+    let mut pdf = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, body) in objects.iter().enumerate() {
+        offsets.push(pdf.len());
+        pdf.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = pdf.len();
+    pdf.extend_from_slice(
+        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+    );
+    for offset in offsets {
+        pdf.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
+    }
+    pdf.extend_from_slice(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+            objects.len() + 1
+        )
+        .as_bytes(),
+    );
+    pdf
+}
+
+#[tokio::test]
+async fn pdfs_are_read_and_broken_ones_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(
+        docs.join("kettle-care.pdf"),
+        minimal_pdf("Descale the kettle every month with citric acid."),
+    )
+    .unwrap();
+    std::fs::write(
+        docs.join("broken.pdf"),
+        b"%PDF-1.4\nthis is not really a pdf",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let t = TestApp::with(|c| {
+        c.server.data_dir = data.clone();
+        c.sites[0].knowledge = vec![KnowledgeSource::Path(docs.display().to_string())];
+    })
+    .await;
+    let site = t.app.config.sites[0].clone();
+    let report = deskbell::knowledge::ingest_site(&data, &site)
+        .await
+        .unwrap();
+    assert_eq!(report.unchanged, 1, "{report:?}");
+    assert_eq!(report.skipped.len(), 1);
+    assert!(
+        report.skipped[0].path.ends_with("broken.pdf")
+            && report.skipped[0].reason == "not a readable PDF"
+    );
+    let token = t.visitor().await;
+    t.question(&token, None, "How do I descale the kettle?")
+        .await;
+    let prompt = system_prompt(&t.llm.requests()[0]);
+    assert!(
+        prompt.contains("[1] kettle care\nDescale the kettle every month"),
+        "{prompt}"
+    );
+}
+
+#[tokio::test]
+async fn a_site_is_read_through_its_sitemap_politely() {
+    use std::sync::{Arc, Mutex};
+    let requested = Arc::new(Mutex::new(Vec::<String>::new()));
+    let log = requested.clone();
+    let site = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let log = log.clone();
+        async move {
+            let path = uri.path().to_string();
+            log.lock().unwrap().push(path.clone());
+            let page = |title: &str, body: &str| format!("<html><head><title>{title}</title></head><body><h1>{title}</h1><p>{body}</p></body></html>");
+            match path.as_str() {
+                "/robots.txt" => (axum::http::StatusCode::OK, "User-agent: *\nDisallow: /private\n".to_string()),
+                "/sitemap.xml" => (axum::http::StatusCode::OK, r#"<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><sitemap><loc>/sitemap-pages.xml</loc></sitemap></sitemapindex>"#.to_string()),
+                "/sitemap-pages.xml" => (axum::http::StatusCode::OK, r#"<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>/help/shipping</loc></url><url><loc>/help/returns</loc></url><url><loc>/private/secret</loc></url><url><loc>/missing</loc></url><url><loc>https://elsewhere.example/page</loc></url></urlset>"#.to_string()),
+                "/help/shipping" => (axum::http::StatusCode::OK, page("Shipping", "Parcels arrive in 3 to 5 working days.")),
+                "/help/returns" => (axum::http::StatusCode::OK, page("Returns", "Returns are free for 30 days.")),
+                "/private/secret" => (axum::http::StatusCode::OK, page("Secret", "Do not index me.")),
+                _ => (axum::http::StatusCode::NOT_FOUND, "not here".to_string()),
+            }
+        }
+    });
+    let base = deskbell::testkit::serve_on_loopback(site).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = deskbell::config::Config::from_toml(
+        &format!("[server]\ndata_dir = \"{}\"\n[[site]]\nid = \"web\"\nknowledge = [\"{base}/sitemap.xml\"]\n", dir.path().display()),
+        "web.toml",
+        &deskbell::config::Env::empty(),
+    )
+    .unwrap();
+    let report = deskbell::knowledge::ingest_site(dir.path(), &config.sites[0])
+        .await
+        .unwrap();
+    assert_eq!(report.added, 2, "{report:?}");
+    let reasons: Vec<String> = report
+        .skipped
+        .iter()
+        .map(|s| format!("{} {}", s.path.replace(&base, ""), s.reason))
+        .collect();
+    assert!(
+        reasons.contains(&"/private/secret disallowed by robots.txt".to_string()),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&"/missing HTTP 404".to_string()),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&"https://elsewhere.example/page on another host".to_string()),
+        "{reasons:?}"
+    );
+    assert!(
+        !requested
+            .lock()
+            .unwrap()
+            .contains(&"/private/secret".to_string()),
+        "a disallowed page is never fetched"
+    );
+    let knowledge = deskbell::knowledge::Knowledge::open(&config).await.unwrap();
+    let found = knowledge
+        .search("web", "how long do parcels take")
+        .await
+        .unwrap();
+    assert_eq!(found[0].title, "Shipping");
+    assert_eq!(
+        found[0].url.as_deref(),
+        Some(format!("{base}/help/shipping").as_str())
     );
 }

@@ -148,7 +148,7 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
     let bytes = synthetic_docs(&docs, documents, sections)?;
     let config = config(dir.path(), &docs)?;
     let started = Instant::now();
-    let r = deskbell::knowledge::ingest_site(&config.server.data_dir, &config.sites[0])?;
+    let r = deskbell::knowledge::ingest_site(&config.server.data_dir, &config.sites[0]).await?;
     let took = started.elapsed();
     report(
         &format!(
@@ -163,7 +163,7 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
         ),
         "",
     );
-    let knowledge = Knowledge::open(&config)?;
+    let knowledge = Knowledge::open(&config).await?;
     let mut samples = Samples::default();
     let mut seed: u64 = 7;
     for i in 0..2_000 {
@@ -194,8 +194,8 @@ async fn recall() -> anyhow::Result<()> {
         std::fs::write(docs.join(name), text)?;
     }
     let config = config(dir.path(), &docs)?;
-    deskbell::knowledge::ingest_site(&config.server.data_dir, &config.sites[0])?;
-    let knowledge = Knowledge::open(&config)?;
+    deskbell::knowledge::ingest_site(&config.server.data_dir, &config.sites[0]).await?;
+    let knowledge = Knowledge::open(&config).await?;
     let mut found = 0;
     let mut first = 0;
     let mut misses = Vec::new();

@@ -1,0 +1,201 @@
+//! Web sources: a page by URL, or a whole site by its `sitemap.xml`. Same-host links
+//! only, `robots.txt` respected, bounded sitemap depth and page count, and a few
+//! requests at a time so the operator's own site is not hammered.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use reqwest::Url;
+use sha2::{Digest, Sha256};
+
+use super::source::{Document, MAX_FILE_BYTES, Skipped};
+
+/// Pages fetched from one sitemap at the most.
+pub const MAX_PAGES: usize = 500;
+/// Sitemap indexes nest at most this deep.
+const MAX_SITEMAP_DEPTH: usize = 2;
+/// Requests in flight at once, per source.
+const CONCURRENCY: usize = 4;
+const USER_AGENT: &str = "DeskbellBot";
+
+pub fn is_url(source: &str) -> bool {
+    source.starts_with("http://") || source.starts_with("https://")
+}
+
+/// Reads one web source: a sitemap (every page it lists) or a single page.
+pub async fn read(source: &str, documents: &mut Vec<Document>, skipped: &mut Vec<Skipped>) {
+    let Ok(url) = Url::parse(source) else {
+        return skipped.push(Skipped {
+            path: source.into(),
+            reason: "not a valid URL".into(),
+        });
+    };
+    let http = match reqwest::Client::builder()
+        .user_agent(USER_AGENT)
+        .timeout(Duration::from_secs(15))
+        .redirect(reqwest::redirect::Policy::limited(3))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            return skipped.push(Skipped {
+                path: source.into(),
+                reason: format!("no HTTP client: {e}"),
+            });
+        }
+    };
+    let robots = robots(&http, &url).await;
+    let pages = if url.path().ends_with(".xml") {
+        let mut pages = Vec::new();
+        let mut seen = HashSet::new();
+        sitemap(&http, url.clone(), &url, 0, &mut pages, &mut seen, skipped).await;
+        pages
+    } else {
+        vec![url.clone()]
+    };
+    let mut allowed = Vec::new();
+    for page in pages {
+        if page.host_str() != url.host_str() {
+            skipped.push(Skipped {
+                path: page.to_string(),
+                reason: "on another host".into(),
+            });
+        } else if robots.as_ref().is_some_and(|r| !r.allowed(page.as_str())) {
+            skipped.push(Skipped {
+                path: page.to_string(),
+                reason: "disallowed by robots.txt".into(),
+            });
+        } else {
+            allowed.push(page);
+        }
+    }
+    let fetched: Vec<Result<Document, Skipped>> = futures_util::stream::iter(allowed)
+        .map(|page| fetch_page(&http, page))
+        .buffered(CONCURRENCY)
+        .collect()
+        .await;
+    for result in fetched {
+        match result {
+            Ok(d) => documents.push(d),
+            Err(s) => skipped.push(s),
+        }
+    }
+}
+
+async fn robots(http: &reqwest::Client, url: &Url) -> Option<texting_robots::Robot> {
+    let robots_url = url.join("/robots.txt").ok()?;
+    let response = http.get(robots_url).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let body = response.bytes().await.ok()?;
+    texting_robots::Robot::new(USER_AGENT, &body).ok()
+}
+
+/// Collects the page URLs of a sitemap, following nested sitemap indexes.
+async fn sitemap(
+    http: &reqwest::Client,
+    url: Url,
+    root: &Url,
+    depth: usize,
+    pages: &mut Vec<Url>,
+    seen: &mut HashSet<String>,
+    skipped: &mut Vec<Skipped>,
+) {
+    if !seen.insert(url.to_string()) {
+        return;
+    }
+    let text = match get_text(http, &url).await {
+        Ok(t) => t,
+        Err(reason) => {
+            return skipped.push(Skipped {
+                path: url.to_string(),
+                reason,
+            });
+        }
+    };
+    let doc = match roxmltree::Document::parse(&text) {
+        Ok(d) => d,
+        Err(e) => {
+            return skipped.push(Skipped {
+                path: url.to_string(),
+                reason: format!("not a valid sitemap: {e}"),
+            });
+        }
+    };
+    let nested = doc.root_element().tag_name().name() == "sitemapindex";
+    let locations: Vec<String> = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "loc")
+        .filter_map(|n| n.text().map(|t| t.trim().to_string()))
+        .collect();
+    for location in locations {
+        let Ok(next) = url.join(&location) else {
+            continue;
+        };
+        if nested {
+            if depth + 1 > MAX_SITEMAP_DEPTH {
+                skipped.push(Skipped {
+                    path: next.to_string(),
+                    reason: "sitemaps nested too deep".into(),
+                });
+            } else if next.host_str() == root.host_str() {
+                Box::pin(sitemap(http, next, root, depth + 1, pages, seen, skipped)).await;
+            }
+        } else if pages.len() >= MAX_PAGES {
+            skipped.push(Skipped {
+                path: next.to_string(),
+                reason: format!("over the limit of {MAX_PAGES} pages"),
+            });
+        } else if seen.insert(next.to_string()) {
+            pages.push(next);
+        }
+    }
+}
+
+async fn get_text(http: &reqwest::Client, url: &Url) -> Result<String, String> {
+    let response = http
+        .get(url.clone())
+        .send()
+        .await
+        .map_err(|e| format!("cannot be fetched: {}", e.without_url()))?;
+    if !response.status().is_success() {
+        return Err(format!("HTTP {}", response.status().as_u16()));
+    }
+    if response
+        .content_length()
+        .is_some_and(|l| l > MAX_FILE_BYTES)
+    {
+        return Err(format!("larger than {} MiB", MAX_FILE_BYTES / 1024 / 1024));
+    }
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| format!("cannot be read: {}", e.without_url()))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!("larger than {} MiB", MAX_FILE_BYTES / 1024 / 1024));
+    }
+    String::from_utf8(bytes.to_vec()).map_err(|_| "is not UTF-8 text".to_string())
+}
+
+async fn fetch_page(http: &reqwest::Client, url: Url) -> Result<Document, Skipped> {
+    let raw = get_text(http, &url).await.map_err(|reason| Skipped {
+        path: url.to_string(),
+        reason,
+    })?;
+    let (title, text) = super::html::to_text(&raw);
+    let fallback = url
+        .path_segments()
+        .and_then(|mut s| s.next_back())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("Page")
+        .to_string();
+    Ok(Document {
+        path: url.to_string(),
+        title: title.unwrap_or(fallback),
+        url: Some(url.to_string()),
+        text,
+        hash: hex::encode(Sha256::digest(raw.as_bytes())),
+    })
+}
