@@ -38,71 +38,6 @@ const QUESTIONS: &[(&str, &str)] = &[
     ("Will you repair or replace a broken product?", "Warranty"),
 ];
 
-const WORDS: &[&str] = &[
-    "kettle",
-    "grinder",
-    "burr",
-    "espresso",
-    "filter",
-    "roast",
-    "bean",
-    "water",
-    "brew",
-    "ratio",
-    "temperature",
-    "crema",
-    "milk",
-    "steam",
-    "pitcher",
-    "scale",
-    "timer",
-    "pour",
-    "bloom",
-    "extraction",
-    "acidity",
-    "body",
-    "sweetness",
-    "bitterness",
-    "aroma",
-    "origin",
-    "washed",
-    "natural",
-    "honey",
-    "altitude",
-    "harvest",
-    "storage",
-    "freshness",
-    "grind",
-    "coarse",
-    "fine",
-    "medium",
-    "press",
-    "drip",
-    "siphon",
-    "cold",
-    "iced",
-    "latte",
-    "cappuccino",
-    "mocha",
-    "descale",
-    "clean",
-    "warranty",
-    "return",
-    "shipping",
-    "parcel",
-    "invoice",
-    "payment",
-    "voucher",
-    "discount",
-    "subscription",
-    "delivery",
-    "courier",
-    "address",
-    "account",
-    "password",
-    "order",
-];
-
 fn config(dir: &Path, docs: &Path) -> anyhow::Result<Config> {
     let text = format!(
         "[server]\ndata_dir = \"{}\"\n[[site]]\nid = \"bench\"\n",
@@ -113,23 +48,55 @@ fn config(dir: &Path, docs: &Path) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// A vocabulary of 20,000 pseudo-words drawn with a Zipf distribution, as words are
+/// in real prose: a few very common, most rare. (A small uniform vocabulary makes
+/// every term match every chunk, which no real corpus does.)
+struct Words {
+    seed: u64,
+}
+
+impl Words {
+    const COUNT: f64 = 20_000.0;
+
+    fn next(&mut self) -> String {
+        self.seed = self
+            .seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let u = (self.seed >> 11) as f64 / (1u64 << 53) as f64;
+        let rank = ((u * Self::COUNT.ln()).exp() - 1.0) as usize;
+        word(rank)
+    }
+}
+
+fn word(rank: usize) -> String {
+    const SYLLABLES: &[&str] = &[
+        "ka", "lo", "mi", "re", "su", "ta", "ne", "vo", "pi", "da", "go", "ru", "se", "li", "ba",
+        "to",
+    ];
+    let mut n = rank;
+    let mut w = String::new();
+    loop {
+        w.push_str(SYLLABLES[n % SYLLABLES.len()]);
+        n /= SYLLABLES.len();
+        if n == 0 {
+            break;
+        }
+    }
+    w
+}
+
 /// Writes `documents` Markdown files of `sections` sections each; returns the bytes.
 pub fn synthetic_docs(dir: &Path, documents: usize, sections: usize) -> anyhow::Result<u64> {
     std::fs::create_dir_all(dir)?;
-    let mut seed: u64 = 42;
-    let mut word = || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        WORDS[(seed >> 33) as usize % WORDS.len()]
-    };
+    let mut words = Words { seed: 42 };
     let mut bytes = 0;
     for d in 0..documents {
-        let mut text = format!("# Guide {d}: {} and {}\n\n", word(), word());
+        let mut text = format!("# Guide {d}: {} and {}\n\n", words.next(), words.next());
         for s in 0..sections {
-            text.push_str(&format!("## Section {s} on {}\n\n", word()));
+            text.push_str(&format!("## Section {s} on {}\n\n", words.next()));
             for _ in 0..3 {
-                let sentence: Vec<&str> = (0..45).map(|_| word()).collect();
+                let sentence: Vec<String> = (0..45).map(|_| words.next()).collect();
                 text.push_str(&sentence.join(" "));
                 text.push_str(".\n\n");
             }
@@ -143,8 +110,8 @@ pub fn synthetic_docs(dir: &Path, documents: usize, sections: usize) -> anyhow::
 pub async fn figures(quick: bool) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let docs = dir.path().join("docs");
-    // Each section makes two chunks: 5,000 files give about 100,000.
-    let (documents, sections) = if quick { (100, 10) } else { (5_000, 10) };
+    // Each section is one chunk: 10,000 files of 10 sections give 100,000.
+    let (documents, sections) = if quick { (100, 10) } else { (10_000, 10) };
     let bytes = synthetic_docs(&docs, documents, sections)?;
     let config = config(dir.path(), &docs)?;
     let started = Instant::now();
@@ -165,15 +132,9 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
     );
     let knowledge = Knowledge::open(&config).await?;
     let mut samples = Samples::default();
-    let mut seed: u64 = 7;
+    let mut words = Words { seed: 7 };
     for i in 0..2_000 {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let n = 2 + (seed >> 60) as usize % 3;
-        let query: Vec<&str> = (0..n)
-            .map(|k| WORDS[((seed >> (8 * k)) as usize + i) % WORDS.len()])
-            .collect();
+        let query: Vec<String> = (0..2 + i % 4).map(|_| words.next()).collect();
         let t = Instant::now();
         knowledge.search_top("bench", &query.join(" "), 8).await?;
         samples.push(t.elapsed());
