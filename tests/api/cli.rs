@@ -1,18 +1,9 @@
-use std::process::Command;
-
-fn deskbell() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_deskbell"));
-    c.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default());
-    c
-}
+use crate::support::{config_file, deskbell_command as deskbell};
 
 #[test]
 fn check_reports_every_problem_with_file_and_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.toml");
-    std::fs::write(
-        &path,
+    let (_dir, path) = config_file(
+        "bad.toml",
         r#"
 [server]
 bind = "nowhere"
@@ -34,8 +25,7 @@ label = "dup"
 policy = "confirm"
 url = "http://127.0.0.1:9/x"
 "#,
-    )
-    .unwrap();
+    );
     let out = deskbell()
         .arg("check")
         .arg("--config")
@@ -63,13 +53,10 @@ url = "http://127.0.0.1:9/x"
 
 #[test]
 fn an_unknown_key_is_an_error_naming_its_path() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("typo.toml");
-    std::fs::write(
-        &path,
+    let (_dir, path) = config_file(
+        "typo.toml",
         "[[site]]\nid = \"acme\"\n[site.limits]\nrequests_per_minit = 5\n",
-    )
-    .unwrap();
+    );
     let out = deskbell()
         .args(["check", "--config"])
         .arg(&path)
@@ -83,13 +70,10 @@ fn an_unknown_key_is_an_error_naming_its_path() {
 
 #[test]
 fn a_valid_config_checks_ok() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ok.toml");
-    std::fs::write(
-        &path,
+    let (_dir, path) = config_file(
+        "ok.toml",
         "[[site]]\nid = \"acme\"\norigins = [\"https://acme.example\"]\n",
-    )
-    .unwrap();
+    );
     let out = deskbell()
         .args(["check", "--config"])
         .arg(&path)
@@ -105,13 +89,10 @@ fn a_valid_config_checks_ok() {
 
 #[test]
 fn serve_refuses_to_start_without_a_long_enough_secret() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ok.toml");
-    std::fs::write(
-        &path,
+    let (_dir, path) = config_file(
+        "ok.toml",
         "[[site]]\nid = \"acme\"\norigins = [\"https://acme.example\"]\n",
-    )
-    .unwrap();
+    );
     let out = deskbell()
         .args(["serve", "--config"])
         .arg(&path)

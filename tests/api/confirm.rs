@@ -20,11 +20,6 @@ async fn raise_card(t: &TestApp, token: &str) -> (String, Value) {
     (r.conversation(), r.event("confirm").clone())
 }
 
-async fn db(t: &TestApp) -> sqlx::AnyPool {
-    sqlx::any::install_default_drivers();
-    sqlx::AnyPool::connect(&t.database_url).await.unwrap()
-}
-
 #[tokio::test]
 async fn a_confirm_call_stops_the_turn_with_a_card_and_runs_nothing() {
     let t = TestApp::start().await;
@@ -287,7 +282,7 @@ async fn arguments_altered_after_signing_are_refused_and_nothing_runs() {
     let (conversation, card) = raise_card(&t, &token).await;
     sqlx::query("UPDATE calls SET arguments = '{\"order_id\":43}' WHERE id = $1")
         .bind(card["call"].as_str().unwrap())
-        .execute(&db(&t).await)
+        .execute(&t.db().await)
         .await
         .unwrap();
     let r = t.answer(&token, &conversation, &card, "confirm").await;
@@ -809,19 +804,7 @@ async fn the_audit_table_is_append_only() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
     raise_card(&t, &token).await;
-    let pool = db(&t).await;
-    assert!(
-        sqlx::query("UPDATE audit SET event = 'confirmed'")
-            .execute(&pool)
-            .await
-            .is_err()
-    );
-    assert!(
-        sqlx::query("DELETE FROM audit")
-            .execute(&pool)
-            .await
-            .is_err()
-    );
+    t.assert_audit_is_append_only().await;
     assert_eq!(t.audit().await.len(), 1);
 }
 

@@ -190,7 +190,7 @@ fn ingest_reports_skips_and_is_incremental() {
     )
     .unwrap();
     let ingest = || {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_deskbell"))
+        let out = crate::support::deskbell_command()
             .args(["ingest", "--config"])
             .arg(&config)
             .output()

@@ -353,3 +353,38 @@ pub fn parse_sse(text: &str) -> Vec<(String, Value)> {
         })
         .collect()
 }
+
+/// The `deskbell` binary with a clean environment (only `PATH`).
+pub fn deskbell_command() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_deskbell"));
+    c.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    c
+}
+
+/// A configuration file in a fresh temporary folder (kept alive by the first value).
+pub fn config_file(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+impl TestApp {
+    /// A pool on the test's database, for tests that must reach past the API.
+    pub async fn db(&self) -> sqlx::AnyPool {
+        sqlx::any::install_default_drivers();
+        sqlx::AnyPool::connect(&self.database_url).await.unwrap()
+    }
+
+    /// The database itself refuses to change or delete audit rows.
+    pub async fn assert_audit_is_append_only(&self) {
+        let pool = self.db().await;
+        let update = sqlx::query("UPDATE audit SET event = 'confirmed'")
+            .execute(&pool)
+            .await;
+        assert!(update.is_err(), "an audit row was updated");
+        let delete = sqlx::query("DELETE FROM audit").execute(&pool).await;
+        assert!(delete.is_err(), "an audit row was deleted");
+    }
+}
