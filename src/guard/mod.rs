@@ -103,10 +103,30 @@ fn request_origins(headers: &HeaderMap) -> Result<Vec<String>, ApiError> {
     Err(ApiError::OriginNotAllowed)
 }
 
-/// Refusals are logged at debug level only: at info they would let a flood of bad
-/// requests flood the logs too.
+/// Refusals are logged at a limited rate: at most one line a second at info level
+/// (with how many were refused since), the rest at debug, so a flood of bad
+/// requests cannot flood the logs too.
 fn refused(e: ApiError) -> ApiError {
-    tracing::debug!(code = e.code(), "request refused");
+    use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+    static LAST_MS: AtomicI64 = AtomicI64::new(0);
+    static SINCE: AtomicU64 = AtomicU64::new(0);
+    let now = chrono::Utc::now().timestamp_millis();
+    let last = LAST_MS.load(Ordering::Relaxed);
+    let count = SINCE.fetch_add(1, Ordering::Relaxed) + 1;
+    if now - last >= 1000
+        && LAST_MS
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        SINCE.store(0, Ordering::Relaxed);
+        tracing::info!(
+            code = e.code(),
+            refused_in_last_second = count,
+            "requests refused by the guards"
+        );
+    } else {
+        tracing::debug!(code = e.code(), "request refused");
+    }
     e
 }
 
