@@ -11,7 +11,7 @@ use crate::error::ApiError;
 use crate::guard::{Admission, Caller};
 use crate::ids::new_id;
 use crate::llm::{ChatMessage, ChatRequest, ModelEvent, ModelStream, ProviderError};
-use crate::store::{AuditRow, CallStatus, MessageRow, TurnStart};
+use crate::store::{AuditRow, CallStatus, Decided, MessageRow, TurnStart};
 use crate::tools::http::Invocation;
 use crate::wire::{Citation, Decision, StreamEvent, TurnStatus, Usage};
 
@@ -88,6 +88,19 @@ impl Turn {
         self.settle().await;
     }
 
+    /// The budget share is now reserved in the database and must be settled.
+    fn reserved(&mut self) {
+        if let Some(a) = self.admission.as_mut() {
+            a.mark_reserved();
+        }
+    }
+
+    fn budget_spent(&self) -> ApiError {
+        ApiError::DailyBudgetExhausted(crate::guard::admission_seconds_to_midnight(
+            self.app.clock.now_ms(),
+        ))
+    }
+
     /// Records the tokens spent against the budget and frees the stream slot.
     async fn settle(&mut self) {
         if let Some(admission) = self.admission.take() {
@@ -124,6 +137,7 @@ impl Turn {
         };
         let bubble_row =
             self.message_row(bubble.id.clone(), "assistant", "", crate::store::STREAMING);
+        let budget = self.admission.as_ref().map(|a| a.share().clone());
         let start = TurnStart {
             conversation: &self.conversation,
             is_new,
@@ -136,9 +150,16 @@ impl Turn {
         // The model is asked while the turn's first writes commit: neither waits
         // for the other, and the model's answer does not depend on them.
         let request = self.request(&messages, 0);
-        let (saved, first) =
-            tokio::join!(store.begin_turn(&start), self.app.provider.stream(request));
-        saved?;
+        let (saved, first) = tokio::join!(
+            store.begin_turn(&start, budget.as_ref()),
+            self.app.provider.stream(request)
+        );
+        if !saved? {
+            // Turns running at once spent the budget since the guard looked.
+            self.start(Err(self.budget_spent()));
+            return Ok(());
+        }
+        self.reserved();
         let first = match first {
             Ok(stream) => stream,
             Err(e) => {
@@ -160,7 +181,7 @@ impl Turn {
         self.start(Ok(()));
         self.announce(&bubble.id).await;
         let mut bubble = bubble;
-        let status = self.rounds(messages, &mut bubble, Some(first)).await;
+        let status = self.rounds(messages, &mut bubble, Some(Ok(first))).await;
         self.close(bubble, status).await
     }
 
@@ -171,23 +192,43 @@ impl Turn {
             Decision::Confirm => (CallStatus::Confirmed, None),
             Decision::Cancel => (CallStatus::Cancelled, Some("visitor")),
         };
-        // The one atomic pending → decided transition: of two racing answers, only
-        // one gets past this line.
-        if !self.app.store.decide(&call, to, reason, now).await? {
-            crate::confirm::refuse(&self.app, &call, "replayed").await?;
-            self.start(Err(ApiError::CallNotPending));
-            return Ok(());
-        }
-        self.start(Ok(()));
         self.conversation = call.conversation.clone();
         self.turn = call.turn.clone();
         self.card_raised = true;
+        let mut bubble = Bubble {
+            id: new_id("m"),
+            text: String::new(),
+        };
+        let bubble_row =
+            self.message_row(bubble.id.clone(), "assistant", "", crate::store::STREAMING);
+        // The one atomic pending → decided transition (which also opens the
+        // continuation's bubble): of two racing answers, only one gets past this line.
+        let budget = self.admission.as_ref().map(|a| a.share().clone());
+        match self
+            .app
+            .store
+            .decide(&call, to, reason, now, &bubble_row, budget.as_ref())
+            .await?
+        {
+            Decided::Won => self.reserved(),
+            Decided::Lost => {
+                crate::confirm::refuse(&self.app, &call, "replayed").await?;
+                self.start(Err(ApiError::CallNotPending));
+                return Ok(());
+            }
+            Decided::BudgetSpent => {
+                self.start(Err(self.budget_spent()));
+                return Ok(());
+            }
+        }
+        self.start(Ok(()));
         self.sink
             .send(StreamEvent::Decision {
                 call: call.id.clone(),
                 status: to.as_str(),
             })
             .await;
+        self.announce(&bubble.id).await;
         // The continuation runs no retrieval: its only sources are tool results.
         let mut messages = vec![prompt::system(
             &self.caller.site.config,
@@ -197,32 +238,77 @@ impl Turn {
         let context: Vec<ChatMessage> =
             serde_json::from_str(call.context.as_deref().unwrap_or("[]"))?;
         messages.extend(context);
-        let mut bubble = self.open_bubble().await?;
-        let result = match decision {
+        let first = match decision {
             Decision::Confirm => {
                 let arguments: serde_json::Value = serde_json::from_str(&call.arguments)?;
-                let outcome = self.execute(&call, &tool, &arguments, &bubble.id).await?;
-                self.sources.push(Citation {
-                    n: 1,
-                    title: tool.label.clone(),
-                    url: None,
-                    snippet: snippet(&outcome),
-                });
-                format!("[1] {outcome}")
+                Some(
+                    self.run_confirmed(&call, &tool, &arguments, &bubble.id, &mut messages)
+                        .await?,
+                )
             }
             Decision::Cancel => {
                 self.withheld = Some(call.tool.clone());
-                "The visitor did not approve this call, so it did not run. Do not try this call or tool again \
-                 in this turn; answer without it."
-                    .to_string()
+                messages.push(ChatMessage::Tool {
+                    tool_call_id: call.model_call_id.clone(),
+                    content: "The visitor did not approve this call, so it did not run. Do not try this call or \
+                              tool again in this turn; answer without it."
+                        .to_string(),
+                });
+                None
             }
         };
+        let status = self.rounds(messages, &mut bubble, first).await;
+        self.close(bubble, status).await
+    }
+
+    /// Runs a confirmed call with exactly its stored arguments, hands the result to
+    /// the model, and records the run while the model is asked: the first token
+    /// waits for whichever of the two takes longer, not for both in turn.
+    async fn run_confirmed(
+        &mut self,
+        call: &crate::store::CallRow,
+        tool: &crate::tools::Tool,
+        arguments: &serde_json::Value,
+        message: &str,
+        messages: &mut Vec<ChatMessage>,
+    ) -> anyhow::Result<Result<ModelStream, ProviderError>> {
+        let step = |status| StreamEvent::Step {
+            call: call.id.clone(),
+            tool: tool.name.clone(),
+            label: tool.label.clone(),
+            status,
+        };
+        self.sink.send(step("running")).await;
+        let outcome = self
+            .app
+            .executor
+            .run(tool, &self.invocation(&call.id, arguments))
+            .await;
+        let status = if outcome.succeeded {
+            CallStatus::Succeeded
+        } else {
+            CallStatus::Failed
+        };
+        self.sources.push(Citation {
+            n: 1,
+            title: tool.label.clone(),
+            url: None,
+            snippet: snippet(&outcome.result),
+        });
         messages.push(ChatMessage::Tool {
             tool_call_id: call.model_call_id.clone(),
-            content: result,
+            content: format!("[1] {}", outcome.result),
         });
-        let status = self.rounds(messages, &mut bubble, None).await;
-        self.close(bubble, status).await
+        let audit = audit_outcome(call, &outcome, self.app.clock.now_ms());
+        let record = self
+            .app
+            .store
+            .set_run(&call.id, message, status, Some(&audit));
+        let request = self.request(messages, 0);
+        let (recorded, first) = tokio::join!(record, self.app.provider.stream(request));
+        recorded?;
+        self.sink.send(step(status.as_str())).await;
+        Ok(first)
     }
 
     /// The site's passages for a question, numbered as the answer's possible
@@ -259,7 +345,7 @@ impl Turn {
         &mut self,
         mut messages: Vec<ChatMessage>,
         bubble: &mut Bubble,
-        mut first: Option<ModelStream>,
+        mut first: Option<Result<ModelStream, ProviderError>>,
     ) -> TurnStatus {
         let cap = self.admission.as_ref().map_or(u64::MAX, Admission::cap);
         for round in 0..MAX_ROUNDS {
@@ -268,7 +354,7 @@ impl Turn {
                 return TurnStatus::Answered;
             }
             let stream = match first.take() {
-                Some(stream) => Ok(stream),
+                Some(stream) => stream,
                 None => {
                     self.app
                         .provider
@@ -335,40 +421,6 @@ impl Turn {
         }
     }
 
-    /// Runs a confirmed call with exactly its stored arguments and records the run.
-    async fn execute(
-        &self,
-        call: &crate::store::CallRow,
-        tool: &crate::tools::Tool,
-        arguments: &serde_json::Value,
-        message: &str,
-    ) -> anyhow::Result<String> {
-        let step = |status| StreamEvent::Step {
-            call: call.id.clone(),
-            tool: tool.name.clone(),
-            label: tool.label.clone(),
-            status,
-        };
-        self.sink.send(step("running")).await;
-        let outcome = self
-            .app
-            .executor
-            .run(tool, &self.invocation(&call.id, arguments))
-            .await;
-        let status = if outcome.succeeded {
-            CallStatus::Succeeded
-        } else {
-            CallStatus::Failed
-        };
-        let audit = audit_outcome(call, &outcome, self.app.clock.now_ms());
-        self.app
-            .store
-            .set_run(&call.id, message, status, Some(&audit))
-            .await?;
-        self.sink.send(step(status.as_str())).await;
-        Ok(outcome.result)
-    }
-
     pub(super) fn invocation<'a>(
         &'a self,
         call: &'a str,
@@ -409,18 +461,6 @@ impl Turn {
             citations: None,
             created_at: self.app.clock.now_ms(),
         }
-    }
-
-    /// Starts a new assistant bubble: saved as streaming, announced with `turn`.
-    async fn open_bubble(&self) -> anyhow::Result<Bubble> {
-        let id = new_id("m");
-        let row = self.message_row(id.clone(), "assistant", "", crate::store::STREAMING);
-        self.app.store.insert_message(&row).await?;
-        self.announce(&id).await;
-        Ok(Bubble {
-            id,
-            text: String::new(),
-        })
     }
 
     /// The `turn` event that opens a bubble in the widget.
@@ -475,7 +515,7 @@ impl Turn {
                 .await;
         }
         let admission = self.admission.take();
-        let share = admission.as_ref().map(Admission::share);
+        let share = admission.as_ref().and_then(Admission::reserved_share);
         let saved = self
             .app
             .store

@@ -1,5 +1,6 @@
-//! What an ask reserves before its turn starts: a share of the site's daily token
-//! budget and a slot under the stream caps. Both are given back when the turn ends.
+//! What an ask needs before its turn starts: some of the site's daily token budget
+//! left (its share is reserved in the turn's first transaction) and a slot under
+//! the stream caps. Both are given back when the turn ends.
 
 use std::sync::Arc;
 
@@ -21,6 +22,8 @@ const STREAMS_RETRY_AFTER_S: u64 = 5;
 pub struct Admission {
     app: App,
     share: BudgetShare,
+    /// Set once the turn's first transaction has reserved the share.
+    reserved: bool,
     _slot: StreamSlot,
 }
 
@@ -34,8 +37,20 @@ impl Admission {
         &self.share
     }
 
+    /// The share to settle with the turn's last write, if it was reserved.
+    pub fn reserved_share(&self) -> Option<&BudgetShare> {
+        self.reserved.then_some(&self.share)
+    }
+
+    pub fn mark_reserved(&mut self) {
+        self.reserved = true;
+    }
+
     /// Settles the reservation on its own, for a turn that ended without being saved.
     pub async fn settle(self, usage: Usage) {
+        if !self.reserved {
+            return;
+        }
         let spent = (usage.input_tokens + usage.output_tokens) as i64;
         if let Err(e) = self.app.store.settle_budget(&self.share, spent).await {
             tracing::error!(error = format!("{e:#}"), site = %self.share.site, "a turn's token use could not be recorded");
@@ -53,12 +68,11 @@ pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiErro
         site: site.clone(),
         day: utc_day(now),
         reserved: limits.max_tokens_per_turn as i64,
+        limit: limits.daily_token_budget as i64,
     };
-    if !app
-        .store
-        .reserve_budget(&share, limits.daily_token_budget as i64)
-        .await?
-    {
+    // A read here; the reservation is part of the turn's first transaction, so a
+    // turn costs one commit fewer.
+    if !app.store.budget_open(&share).await? {
         return Err(super::refused(ApiError::DailyBudgetExhausted(
             seconds_to_midnight(now),
         )));
@@ -71,7 +85,6 @@ pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiErro
         (format!("s|{site}"), limits.concurrent_streams),
     ];
     let Some(slot) = app.counters.acquire(&keys) else {
-        app.store.settle_budget(&share, 0).await?;
         return Err(super::refused(ApiError::TooManyStreams(
             STREAMS_RETRY_AFTER_S,
         )));
@@ -79,6 +92,7 @@ pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiErro
     Ok(Admission {
         app: Arc::clone(app),
         share,
+        reserved: false,
         _slot: slot,
     })
 }

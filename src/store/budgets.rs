@@ -9,29 +9,20 @@ use super::Store;
 use super::turns::BudgetShare;
 
 impl Store {
-    /// Reserves `tokens` of a site's budget for `day` if any of it is left. The
-    /// common case is one conditional UPDATE; the day's row is created on first use.
-    pub async fn reserve_budget(&self, share: &BudgetShare, budget: i64) -> anyhow::Result<bool> {
-        if self.try_reserve(share, budget).await? {
-            return Ok(true);
-        }
-        sqlx::query("INSERT INTO budgets (site, day, spent, reserved) VALUES ($1, $2, 0, 0) ON CONFLICT DO NOTHING")
-            .bind(&share.site)
-            .bind(&share.day)
-            .execute(self.writer())
-            .await?;
-        self.try_reserve(share, budget).await
-    }
-
-    async fn try_reserve(&self, share: &BudgetShare, budget: i64) -> anyhow::Result<bool> {
-        let done = sqlx::query("UPDATE budgets SET reserved = reserved + $3 WHERE site = $1 AND day = $2 AND spent + reserved < $4")
-            .bind(&share.site)
-            .bind(&share.day)
-            .bind(share.reserved)
-            .bind(budget)
-            .execute(self.writer())
-            .await?;
-        Ok(done.rows_affected() == 1)
+    /// Whether any of a site's budget is left for `day` (a read: the reservation
+    /// itself happens in the turn's first transaction, `reserve_in`).
+    pub async fn budget_open(&self, share: &BudgetShare) -> anyhow::Result<bool> {
+        let row = sqlx::query(
+            "SELECT spent + reserved AS used FROM budgets WHERE site = $1 AND day = $2",
+        )
+        .bind(&share.site)
+        .bind(&share.day)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(match row {
+            Some(r) => r.try_get::<i64, _>("used")? < share.limit,
+            None => true,
+        })
     }
 
     /// Turns a reservation into what was spent (0 gives it back unspent).
@@ -71,4 +62,24 @@ where
         .execute(executor)
         .await?;
     Ok(())
+}
+
+/// Reserves a turn's share if any of the budget is left; false when it is spent.
+pub(super) async fn reserve_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    share: &BudgetShare,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query("INSERT INTO budgets (site, day, spent, reserved) VALUES ($1, $2, 0, 0) ON CONFLICT DO NOTHING")
+        .bind(&share.site)
+        .bind(&share.day)
+        .execute(&mut **tx)
+        .await?;
+    let done = sqlx::query("UPDATE budgets SET reserved = reserved + $3 WHERE site = $1 AND day = $2 AND spent + reserved < $4")
+        .bind(&share.site)
+        .bind(&share.day)
+        .bind(share.reserved)
+        .bind(share.limit)
+        .execute(&mut **tx)
+        .await?;
+    Ok(done.rows_affected() == 1)
 }

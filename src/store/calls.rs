@@ -37,6 +37,16 @@ impl CallStatus {
     }
 }
 
+/// How an answer's attempt at the pending → decided transition ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decided {
+    Won,
+    /// Another answer (or an expiry) got there first.
+    Lost,
+    /// The site's daily budget was spent by turns running at the same time.
+    BudgetSpent,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct CallRow {
     pub id: String,
@@ -201,15 +211,18 @@ impl Store {
         Ok(())
     }
 
-    /// The one atomic pending → decided transition. Returns false when another answer
-    /// (or an expiry) got there first; then nothing was changed or audited.
+    /// The one atomic pending → decided transition, which also opens the bubble of
+    /// the continuation. Returns false when another answer (or an expiry) got there
+    /// first; then nothing was changed or audited.
     pub async fn decide(
         &self,
         c: &CallRow,
         to: CallStatus,
         reason: Option<&str>,
         now: Millis,
-    ) -> anyhow::Result<bool> {
+        bubble: &super::MessageRow,
+        budget: Option<&super::BudgetShare>,
+    ) -> anyhow::Result<Decided> {
         let mut tx = self.writer().begin().await?;
         let won = sqlx::query(
             "UPDATE calls SET status = $1, decided_at = $2, reason = $3 WHERE id = $4 AND status = 'pending' AND expires_at > $2",
@@ -222,13 +235,20 @@ impl Store {
         .await?
         .rows_affected()
             == 1;
-        if won {
-            let event = to.as_str();
-            audit::insert(&mut *tx, &AuditRow::for_call(c, event, reason, now)).await?;
-            close_card_message(&mut tx, &c.message).await?;
+        if !won {
+            return Ok(Decided::Lost);
         }
+        if let Some(share) = budget
+            && !super::budgets::reserve_in(&mut tx, share).await?
+        {
+            // Dropping the transaction rolls the decision back: the card stays pending.
+            return Ok(Decided::BudgetSpent);
+        }
+        audit::insert(&mut *tx, &AuditRow::for_call(c, to.as_str(), reason, now)).await?;
+        close_card_message(&mut tx, &c.message).await?;
+        super::conversations::insert_message(&mut *tx, bubble).await?;
         tx.commit().await?;
-        Ok(won)
+        Ok(Decided::Won)
     }
 
     /// Marks every pending call whose time ran out as expired, with its expiry time

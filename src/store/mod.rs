@@ -14,7 +14,7 @@ mod turns;
 mod visitors;
 
 pub use audit::AuditRow;
-pub use calls::{CallRow, CallStatus};
+pub use calls::{CallRow, CallStatus, Decided};
 pub use conversations::{MessageRow, STREAMING};
 pub use turns::{BudgetShare, TurnStart};
 

@@ -23,14 +23,28 @@ pub struct TurnStart<'a> {
 pub struct BudgetShare {
     pub site: String,
     pub day: String,
+    /// What the turn reserves (its token cap).
     pub reserved: i64,
+    /// The site's daily budget.
+    pub limit: i64,
 }
 
 impl Store {
-    /// Creates the conversation or closes its stale and superseded cards, then saves
-    /// the visitor's message and opens the answer's bubble.
-    pub async fn begin_turn(&self, t: &TurnStart<'_>) -> anyhow::Result<()> {
+    /// Reserves the turn's share of the budget, creates the conversation or closes
+    /// its stale and superseded cards, saves the visitor's message and opens the
+    /// answer's bubble — one commit. Returns false, changing nothing, when the budget
+    /// turned out to be spent.
+    pub async fn begin_turn(
+        &self,
+        t: &TurnStart<'_>,
+        budget: Option<&BudgetShare>,
+    ) -> anyhow::Result<bool> {
         let mut tx = self.writer().begin().await?;
+        if let Some(share) = budget
+            && !super::budgets::reserve_in(&mut tx, share).await?
+        {
+            return Ok(false);
+        }
         if t.is_new {
             sqlx::query(
                 "INSERT INTO conversations (id, site, visitor, created_at) VALUES ($1, $2, $3, $4)",
@@ -48,7 +62,7 @@ impl Store {
         insert_message(&mut *tx, t.visitor_message).await?;
         insert_message(&mut *tx, t.bubble).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(true)
     }
 
     /// Saves an answer's final text, status, citations and usage, and settles the
