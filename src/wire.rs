@@ -251,3 +251,65 @@ pub struct ErrorDetail {
     pub code: &'static str,
     pub message: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::{AskBody, AskRequest};
+
+    /// JSON values of any shape, biased towards the ask body's own keys.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            "\\PC{0,12}".prop_map(Value::String),
+            prop_oneof![Just("confirm"), Just("cancel"), Just("  ")].prop_map(|s| json!(s)),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            let key = prop_oneof![
+                Just("conversation".to_string()),
+                Just("message".to_string()),
+                Just("call".to_string()),
+                Just("decision".to_string()),
+                Just("signature".to_string()),
+                "[a-z]{1,6}",
+            ];
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(key, inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn any_json_body_parses_to_a_valid_form_or_a_clear_error(value in json_value()) {
+            let text = value.to_string();
+            if let Ok(body) = serde_json::from_str::<AskBody>(&text) {
+                match AskRequest::from_body(body) {
+                    Ok(AskRequest::Question { message, .. }) => prop_assert!(!message.trim().is_empty()),
+                    Ok(AskRequest::Answer { conversation, call, .. }) => {
+                        prop_assert!(value.get("conversation").is_some_and(Value::is_string));
+                        prop_assert!(!conversation.is_empty() || value["conversation"] == json!(""));
+                        prop_assert!(value.get("call").is_some_and(Value::is_string) && call == value["call"].as_str().unwrap_or_default());
+                        prop_assert!(value.get("message").is_none_or(Value::is_null));
+                    }
+                    Err(reason) => prop_assert!(!reason.is_empty()),
+                }
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic_the_parser(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            if let Ok(body) = serde_json::from_slice::<AskBody>(&bytes) {
+                let _ = AskRequest::from_body(body);
+            }
+        }
+    }
+}

@@ -352,3 +352,42 @@ async fn health_is_reported() {
         .unwrap();
     assert_eq!(r.status(), 200);
 }
+
+#[tokio::test]
+async fn random_bodies_never_get_a_server_error() {
+    let t = TestApp::with(|c| {
+        c.sites[0].limits.requests_per_minute = 1000;
+        c.sites[0].limits.requests_per_minute_per_ip = 1000;
+    })
+    .await;
+    let token = t.visitor().await;
+    let mut seed: u64 = 0x5eed;
+    for i in 0..200 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let len = (seed >> 56) as usize;
+        let body: String = (0..len)
+            .map(|k| {
+                let b = (seed.rotate_left(k as u32 * 7) >> 24) as u8;
+                // Mostly JSON-ish punctuation, so some bodies get deep into the parser.
+                let alphabet = b"{}[]\":,0123 messagecall\\n";
+                alphabet[b as usize % alphabet.len()] as char
+            })
+            .collect();
+        let body = if i % 3 == 0 {
+            format!("{{\"message\": {body}}}")
+        } else {
+            body
+        };
+        let r = t
+            .post_raw("/v1/ask", Some(&token), Some(ORIGIN), body.clone())
+            .await;
+        assert!(
+            matches!(r.status, 200 | 400 | 404 | 413),
+            "{} for {body:?}",
+            r.status
+        );
+        assert!(r.status == 200 || !r.code().is_empty(), "{body:?}");
+    }
+}
