@@ -7,7 +7,7 @@ use crate::llm::ChatMessage;
 use crate::store::Store;
 
 /// How many earlier messages of the conversation the model sees.
-const HISTORY_MESSAGES: usize = 20;
+const HISTORY_MESSAGES: i64 = 20;
 
 pub enum Part {
     /// The visitor asked something.
@@ -67,9 +67,8 @@ pub fn system(site: &SiteConfig, part: Part, knowledge: &str) -> ChatMessage {
 
 /// The earlier messages of a conversation as model messages.
 pub async fn history(store: &Store, conversation: &str) -> anyhow::Result<Vec<ChatMessage>> {
-    let rows = store.messages(conversation).await?;
-    let start = rows.len().saturating_sub(HISTORY_MESSAGES);
-    Ok(rows[start..]
+    let rows = store.last_messages(conversation, HISTORY_MESSAGES).await?;
+    Ok(rows
         .iter()
         .filter(|m| !m.text.is_empty())
         .map(|m| match m.role.as_str() {

@@ -96,6 +96,27 @@ impl Store {
         Ok(rows.iter().map(message).collect::<Result<_, _>>()?)
     }
 
+    /// The last `limit` messages of a conversation in order (for the model's context:
+    /// a long conversation is not read whole for every turn).
+    pub async fn last_messages(
+        &self,
+        conversation: &str,
+        limit: i64,
+    ) -> anyhow::Result<Vec<MessageRow>> {
+        let rows = sqlx::query(
+            "SELECT id, conversation, turn, role, text, status, citations, created_at FROM messages \
+             WHERE conversation = $1 AND status <> $2 ORDER BY created_at DESC, id DESC LIMIT $3",
+        )
+        .bind(conversation)
+        .bind(STREAMING)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        let mut messages: Vec<MessageRow> = rows.iter().map(message).collect::<Result<_, _>>()?;
+        messages.reverse();
+        Ok(messages)
+    }
+
     /// Marks answers that were streaming when the server stopped as failed, so that
     /// they show in history instead of vanishing.
     /// Only messages started before `before` are touched, so that a replica starting

@@ -391,3 +391,30 @@ async fn random_bodies_never_get_a_server_error() {
         assert!(r.status == 200 || !r.code().is_empty(), "{body:?}");
     }
 }
+
+#[tokio::test]
+async fn the_model_sees_the_last_twenty_messages_in_order() {
+    let t = TestApp::with(|c| c.sites[0].limits.requests_per_minute = 1000).await;
+    let token = t.visitor().await;
+    let mut conversation: Option<String> = None;
+    for i in 0..12 {
+        t.llm.push(Script::text(&format!("answer {i}")));
+        let r = t
+            .question(&token, conversation.as_deref(), &format!("question {i}"))
+            .await;
+        conversation = Some(r.conversation());
+    }
+    let last = t.llm.requests().pop().unwrap();
+    let contents: Vec<&str> = last["messages"].as_array().unwrap()[1..]
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        contents.len(),
+        21,
+        "twenty earlier messages and the new question"
+    );
+    assert_eq!(contents[0], "question 1");
+    assert_eq!(contents[19], "answer 10");
+    assert_eq!(contents[20], "question 11");
+}
