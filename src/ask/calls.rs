@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::turn::{Bubble, Turn, audit_outcome};
+use super::turn::{Bubble, Turn, audit_outcome, step_event};
 use crate::config::Policy;
 use crate::confirm::sign;
 use crate::ids::new_id;
@@ -173,29 +173,15 @@ impl Turn {
         );
         let requested = AuditRow::for_call(&row, "requested", None, row.created_at);
         self.app.store.insert_call(&row, &[requested]).await?;
-        let step = |status| StreamEvent::Step {
-            call: row.id.clone(),
-            tool: tool.name.clone(),
-            label: tool.label.clone(),
-            status,
-        };
-        self.sink.send(step("running")).await;
-        let outcome = self
-            .app
-            .executor
-            .run(tool, &self.invocation(&row.id, arguments))
-            .await;
-        let status = if outcome.succeeded {
-            CallStatus::Succeeded
-        } else {
-            CallStatus::Failed
-        };
+        let (outcome, status) = self.run_tool(&row.id, tool, arguments).await;
         let audit = audit_outcome(&row, &outcome, self.app.clock.now_ms());
         self.app
             .store
             .finish_auto_call(&row.id, status, &audit)
             .await?;
-        self.sink.send(step(status.as_str())).await;
+        self.sink
+            .send(step_event(&row.id, tool, status.as_str()))
+            .await;
         Ok(outcome.result)
     }
 

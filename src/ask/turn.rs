@@ -272,23 +272,7 @@ impl Turn {
         message: &str,
         messages: &mut Vec<ChatMessage>,
     ) -> anyhow::Result<Result<ModelStream, ProviderError>> {
-        let step = |status| StreamEvent::Step {
-            call: call.id.clone(),
-            tool: tool.name.clone(),
-            label: tool.label.clone(),
-            status,
-        };
-        self.sink.send(step("running")).await;
-        let outcome = self
-            .app
-            .executor
-            .run(tool, &self.invocation(&call.id, arguments))
-            .await;
-        let status = if outcome.succeeded {
-            CallStatus::Succeeded
-        } else {
-            CallStatus::Failed
-        };
+        let (outcome, status) = self.run_tool(&call.id, tool, arguments).await;
         self.sources.push(Citation {
             n: 1,
             title: tool.label.clone(),
@@ -307,7 +291,9 @@ impl Turn {
         let request = self.request(messages, 0);
         let (recorded, first) = tokio::join!(record, self.app.provider.stream(request));
         recorded?;
-        self.sink.send(step(status.as_str())).await;
+        self.sink
+            .send(step_event(&call.id, tool, status.as_str()))
+            .await;
         Ok(first)
     }
 
@@ -419,6 +405,28 @@ impl Turn {
             tools,
             max_tokens: self.app.config.llm.max_output_tokens,
         }
+    }
+
+    /// Runs a call on its tool's endpoint, announced with a `running` step; the caller
+    /// records the outcome, then sends the final step.
+    pub(super) async fn run_tool(
+        &self,
+        call: &str,
+        tool: &crate::tools::Tool,
+        arguments: &serde_json::Value,
+    ) -> (crate::tools::http::Outcome, CallStatus) {
+        self.sink.send(step_event(call, tool, "running")).await;
+        let outcome = self
+            .app
+            .executor
+            .run(tool, &self.invocation(call, arguments))
+            .await;
+        let status = if outcome.succeeded {
+            CallStatus::Succeeded
+        } else {
+            CallStatus::Failed
+        };
+        (outcome, status)
     }
 
     pub(super) fn invocation<'a>(
@@ -556,6 +564,19 @@ impl Turn {
                 usage: self.usage,
             })
             .await;
+    }
+}
+
+pub(super) fn step_event(
+    call: &str,
+    tool: &crate::tools::Tool,
+    status: &'static str,
+) -> StreamEvent {
+    StreamEvent::Step {
+        call: call.to_string(),
+        tool: tool.name.clone(),
+        label: tool.label.clone(),
+        status,
     }
 }
 
