@@ -11,7 +11,7 @@ use crate::error::ApiError;
 use crate::guard::{Admission, Caller};
 use crate::ids::new_id;
 use crate::llm::{ChatMessage, ChatRequest, ModelEvent, ModelStream, ProviderError};
-use crate::store::{AuditRow, CallStatus, Decided, MessageRow, TurnStart};
+use crate::store::{AuditRow, CallStatus, Decided, MessageRow, TurnEnd, TurnStart};
 use crate::tools::http::Invocation;
 use crate::wire::{Citation, Decision, StreamEvent, TurnStatus, Usage};
 
@@ -137,23 +137,21 @@ impl Turn {
         };
         let bubble_row =
             self.message_row(bubble.id.clone(), "assistant", "", crate::store::STREAMING);
-        let budget = self.admission.as_ref().map(|a| a.share().clone());
         let start = TurnStart {
-            conversation: &self.conversation,
+            conversation: self.conversation.clone(),
             is_new,
-            site: &site.config.id,
-            visitor: &self.caller.visitor,
+            site: site.config.id.clone(),
+            visitor: self.caller.visitor.clone(),
             now,
-            visitor_message: &visitor_message,
-            bubble: &bubble_row,
+            visitor_message,
+            bubble: bubble_row,
+            budget: self.admission.as_ref().map(|a| a.share().clone()),
         };
         // The model is asked while the turn's first writes commit: neither waits
         // for the other, and the model's answer does not depend on them.
         let request = self.request(&messages, 0);
-        let (saved, first) = tokio::join!(
-            store.begin_turn(&start, budget.as_ref()),
-            self.app.provider.stream(request)
-        );
+        let (saved, first) =
+            tokio::join!(store.begin_turn(start), self.app.provider.stream(request));
         if !saved? {
             // Turns running at once spent the budget since the guard looked.
             self.start(Err(self.budget_spent()));
@@ -165,14 +163,14 @@ impl Turn {
             Err(e) => {
                 tracing::warn!(error = %e, "the model could not be reached");
                 store
-                    .finish_turn(
-                        &bubble.id,
-                        "",
-                        TurnStatus::Failed.as_str(),
-                        None,
-                        Usage::ZERO,
-                        None,
-                    )
+                    .finish_turn(TurnEnd {
+                        message: bubble.id.clone(),
+                        text: String::new(),
+                        status: TurnStatus::Failed.as_str().into(),
+                        citations: None,
+                        usage: Usage::ZERO,
+                        budget: None,
+                    })
                     .await?;
                 self.start(Err(ApiError::ProviderUnavailable));
                 return Ok(());
@@ -523,19 +521,18 @@ impl Turn {
                 .await;
         }
         let admission = self.admission.take();
-        let share = admission.as_ref().and_then(Admission::reserved_share);
-        let saved = self
-            .app
-            .store
-            .finish_turn(
-                &bubble.id,
-                &bubble.text,
-                status.as_str(),
-                citations.as_deref(),
-                self.usage,
-                share,
-            )
-            .await;
+        let end = TurnEnd {
+            message: bubble.id.clone(),
+            text: bubble.text,
+            status: status.as_str().into(),
+            citations,
+            usage: self.usage,
+            budget: admission
+                .as_ref()
+                .and_then(Admission::reserved_share)
+                .cloned(),
+        };
+        let saved = self.app.store.finish_turn(end).await;
         if saved.is_err() {
             // The settlement did not happen with the message: keep it for `settle`.
             self.admission = admission;

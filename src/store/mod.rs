@@ -16,7 +16,7 @@ mod visitors;
 pub use audit::AuditRow;
 pub use calls::{CallRow, CallStatus, Decided};
 pub use conversations::{MessageRow, STREAMING};
-pub use turns::{BudgetShare, TurnStart};
+pub use turns::{BudgetShare, TurnEnd, TurnStart};
 
 use std::path::Path;
 use std::time::Duration;
@@ -52,6 +52,8 @@ pub struct Store {
     pool: AnyPool,
     writer: AnyPool,
     backend: Backend,
+    /// SQLite only: commits turns' starts and ends together (see `turns.rs`).
+    group: Option<turns::GroupCommit>,
 }
 
 impl Store {
@@ -86,6 +88,7 @@ impl Store {
                 sqlx::query(synchronous).execute(&writer).await?;
                 let pool = open(4).await.with_context(context)?;
                 Store {
+                    group: Some(turns::GroupCommit::start(writer.clone())),
                     pool,
                     writer,
                     backend,
@@ -97,6 +100,7 @@ impl Store {
                     writer: pool.clone(),
                     pool,
                     backend,
+                    group: None,
                 }
             }
         };

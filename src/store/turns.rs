@@ -1,5 +1,11 @@
-//! The writes at the start and the end of a turn, each one transaction: on SQLite
-//! every commit is an fsync, and they are what a turn's latency is made of.
+//! The writes at the start and the end of a turn. On SQLite every commit is an
+//! fsync, and these two writes are what a turn's latency is made of, so they go
+//! through a group commit: one task takes every start and end waiting at that
+//! moment and commits them together, each in its own savepoint (a failing one rolls
+//! back alone), and answers each caller only once the commit is on disk. On
+//! PostgreSQL each runs in its own transaction.
+
+use tokio::sync::{mpsc, oneshot};
 
 use super::calls::{expire_in, supersede_in};
 use super::conversations::insert_message;
@@ -7,15 +13,32 @@ use super::{MessageRow, Store};
 use crate::clock::Millis;
 use crate::wire::Usage;
 
-pub struct TurnStart<'a> {
-    pub conversation: &'a str,
+/// Writes committed together at the most.
+const BATCH: usize = 128;
+
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
+
+pub struct TurnStart {
+    pub conversation: String,
     /// True when the conversation is created by this turn.
     pub is_new: bool,
-    pub site: &'a str,
-    pub visitor: &'a str,
+    pub site: String,
+    pub visitor: String,
     pub now: Millis,
-    pub visitor_message: &'a MessageRow,
-    pub bubble: &'a MessageRow,
+    pub visitor_message: MessageRow,
+    pub bubble: MessageRow,
+    /// The turn's share of the daily budget, reserved here.
+    pub budget: Option<BudgetShare>,
+}
+
+pub struct TurnEnd {
+    pub message: String,
+    pub text: String,
+    pub status: String,
+    pub citations: Option<String>,
+    pub usage: Usage,
+    /// The reservation to settle to `usage`.
+    pub budget: Option<BudgetShare>,
 }
 
 /// A turn's reservation of its site's daily budget.
@@ -29,74 +52,174 @@ pub struct BudgetShare {
     pub limit: i64,
 }
 
+enum Job {
+    Start(Box<TurnStart>, oneshot::Sender<Result<bool, String>>),
+    End(TurnEnd, oneshot::Sender<Result<(), String>>),
+}
+
+/// The sending side of the group-commit task.
+#[derive(Clone)]
+pub(super) struct GroupCommit(mpsc::Sender<Job>);
+
+impl GroupCommit {
+    pub(super) fn start(writer: sqlx::AnyPool) -> Self {
+        let (tx, rx) = mpsc::channel(4 * BATCH);
+        tokio::spawn(run(writer, rx));
+        GroupCommit(tx)
+    }
+}
+
 impl Store {
     /// Reserves the turn's share of the budget, creates the conversation or closes
     /// its stale and superseded cards, saves the visitor's message and opens the
-    /// answer's bubble — one commit. Returns false, changing nothing, when the budget
-    /// turned out to be spent.
-    pub async fn begin_turn(
-        &self,
-        t: &TurnStart<'_>,
-        budget: Option<&BudgetShare>,
-    ) -> anyhow::Result<bool> {
+    /// answer's bubble — all or nothing. Returns false, changing nothing, when the
+    /// budget turned out to be spent.
+    pub async fn begin_turn(&self, start: TurnStart) -> anyhow::Result<bool> {
+        if let Some(group) = &self.group {
+            let (reply, answer) = oneshot::channel();
+            group
+                .0
+                .send(Job::Start(Box::new(start), reply))
+                .await
+                .map_err(|_| anyhow::anyhow!("the writer has stopped"))?;
+            return answer.await?.map_err(anyhow::Error::msg);
+        }
         let mut tx = self.writer().begin().await?;
-        if let Some(share) = budget
-            && !super::budgets::reserve_in(&mut tx, share).await?
-        {
-            return Ok(false);
+        let started = begin_in(&mut tx, &start).await?;
+        if started {
+            tx.commit().await?;
         }
-        if t.is_new {
-            sqlx::query(
-                "INSERT INTO conversations (id, site, visitor, created_at) VALUES ($1, $2, $3, $4)",
-            )
-            .bind(t.conversation)
-            .bind(t.site)
-            .bind(t.visitor)
-            .bind(t.now)
-            .execute(&mut *tx)
-            .await?;
-        } else {
-            expire_in(&mut tx, t.now, Some(t.conversation)).await?;
-            supersede_in(&mut tx, t.conversation, t.now).await?;
-        }
-        insert_message(&mut *tx, t.visitor_message).await?;
-        insert_message(&mut *tx, t.bubble).await?;
-        tx.commit().await?;
-        Ok(true)
+        Ok(started)
     }
 
     /// Saves an answer's final text, status, citations and usage, and settles the
     /// turn's budget reservation to what it spent.
-    pub async fn finish_turn(
-        &self,
-        message: &str,
-        text: &str,
-        status: &str,
-        citations: Option<&str>,
-        usage: Usage,
-        budget: Option<&BudgetShare>,
-    ) -> anyhow::Result<()> {
-        let mut tx = self.writer().begin().await?;
-        sqlx::query(
-            "UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 WHERE id = $6",
-        )
-        .bind(text)
-        .bind(status)
-        .bind(citations)
-        .bind(usage.input_tokens as i64)
-        .bind(usage.output_tokens as i64)
-        .bind(message)
-        .execute(&mut *tx)
-        .await?;
-        if let Some(b) = budget {
-            super::budgets::settle(
-                &mut *tx,
-                b,
-                (usage.input_tokens + usage.output_tokens) as i64,
-            )
-            .await?;
+    pub async fn finish_turn(&self, end: TurnEnd) -> anyhow::Result<()> {
+        if let Some(group) = &self.group {
+            let (reply, answer) = oneshot::channel();
+            group
+                .0
+                .send(Job::End(end, reply))
+                .await
+                .map_err(|_| anyhow::anyhow!("the writer has stopped"))?;
+            return answer.await?.map_err(anyhow::Error::msg);
         }
+        let mut tx = self.writer().begin().await?;
+        end_in(&mut tx, &end).await?;
         tx.commit().await?;
         Ok(())
+    }
+}
+
+async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<bool, sqlx::Error> {
+    if let Some(share) = &t.budget
+        && !super::budgets::reserve_in(tx, share).await?
+    {
+        return Ok(false);
+    }
+    if t.is_new {
+        sqlx::query(
+            "INSERT INTO conversations (id, site, visitor, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(&t.conversation)
+        .bind(&t.site)
+        .bind(&t.visitor)
+        .bind(t.now)
+        .execute(&mut **tx)
+        .await?;
+    } else {
+        expire_in(tx, t.now, Some(&t.conversation)).await?;
+        supersede_in(tx, &t.conversation, t.now).await?;
+    }
+    insert_message(&mut **tx, &t.visitor_message).await?;
+    insert_message(&mut **tx, &t.bubble).await?;
+    Ok(true)
+}
+
+async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 WHERE id = $6")
+        .bind(&e.text)
+        .bind(&e.status)
+        .bind(&e.citations)
+        .bind(e.usage.input_tokens as i64)
+        .bind(e.usage.output_tokens as i64)
+        .bind(&e.message)
+        .execute(&mut **tx)
+        .await?;
+    if let Some(b) = &e.budget {
+        super::budgets::settle(
+            &mut **tx,
+            b,
+            (e.usage.input_tokens + e.usage.output_tokens) as i64,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Collects the waiting writes and commits them together, forever.
+async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
+    while let Some(first) = jobs.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        commit(&writer, batch).await;
+    }
+}
+
+/// A job's outcome, told to its caller only after the commit.
+enum Done {
+    Start(oneshot::Sender<Result<bool, String>>, Result<bool, String>),
+    End(oneshot::Sender<Result<(), String>>, Result<(), String>),
+}
+
+async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
+    let mut done = Vec::with_capacity(batch.len());
+    let result = async {
+        let mut tx = writer.begin().await?;
+        for job in batch {
+            // Each write in its own savepoint: dropping it uncommitted rolls back
+            // that write alone.
+            let mut savepoint = sqlx::Acquire::begin(&mut tx).await?;
+            match job {
+                Job::Start(start, reply) => match begin_in(&mut savepoint, &start).await {
+                    Ok(true) => {
+                        savepoint.commit().await?;
+                        done.push(Done::Start(reply, Ok(true)));
+                    }
+                    Ok(false) => done.push(Done::Start(reply, Ok(false))),
+                    Err(e) => done.push(Done::Start(reply, Err(e.to_string()))),
+                },
+                Job::End(end, reply) => match end_in(&mut savepoint, &end).await {
+                    Ok(()) => {
+                        savepoint.commit().await?;
+                        done.push(Done::End(reply, Ok(())));
+                    }
+                    Err(e) => done.push(Done::End(reply, Err(e.to_string()))),
+                },
+            }
+        }
+        tx.commit().await?;
+        Ok::<(), sqlx::Error>(())
+    }
+    .await;
+    for d in done {
+        match (d, &result) {
+            (Done::Start(reply, outcome), Ok(())) => drop(reply.send(outcome)),
+            (Done::End(reply, outcome), Ok(())) => drop(reply.send(outcome)),
+            (Done::Start(reply, _), Err(e)) => {
+                drop(reply.send(Err(format!("the commit failed: {e}"))))
+            }
+            (Done::End(reply, _), Err(e)) => {
+                drop(reply.send(Err(format!("the commit failed: {e}"))))
+            }
+        }
+    }
+    if let Err(e) = result {
+        tracing::error!(error = %e, "a group commit failed");
     }
 }
