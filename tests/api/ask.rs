@@ -418,3 +418,46 @@ async fn the_model_sees_the_last_twenty_messages_in_order() {
     assert_eq!(contents[19], "answer 10");
     assert_eq!(contents[20], "question 11");
 }
+
+#[tokio::test]
+async fn a_failing_write_in_a_group_commit_fails_alone() {
+    use deskbell::store::{MessageRow, TurnStart};
+    let t = TestApp::start().await;
+    let row = |conversation: &str, id: String, role: &str| MessageRow {
+        id,
+        conversation: conversation.to_string(),
+        turn: deskbell::ids::new_id("t"),
+        role: role.into(),
+        text: "hello".into(),
+        status: "sent".into(),
+        citations: None,
+        created_at: 1,
+    };
+    let start = |conversation: &str| TurnStart {
+        conversation: conversation.to_string(),
+        is_new: true,
+        site: "acme".into(),
+        visitor: "v_x".into(),
+        now: 1,
+        visitor_message: row(conversation, deskbell::ids::new_id("m"), "visitor"),
+        bubble: row(conversation, deskbell::ids::new_id("m"), "assistant"),
+        budget: None,
+    };
+    // Twenty new conversations, and one that reuses the first one's id: they reach
+    // the writer together, and only the duplicate may fail.
+    let ids: Vec<String> = (0..20).map(|_| deskbell::ids::new_id("c")).collect();
+    let mut starts: Vec<TurnStart> = ids.iter().map(|id| start(id)).collect();
+    starts.push(start(&ids[0]));
+    let results =
+        futures_util::future::join_all(starts.into_iter().map(|s| t.app.store.begin_turn(s))).await;
+    assert_eq!(results.iter().filter(|r| matches!(r, Ok(true))).count(), 20);
+    assert_eq!(results.iter().filter(|r| r.is_err()).count(), 1);
+    // Each conversation holds its own two messages; the duplicate's were rolled back.
+    for id in &ids {
+        assert_eq!(
+            t.app.store.last_messages(id, 10).await.unwrap().len(),
+            2,
+            "{id}"
+        );
+    }
+}
