@@ -5,20 +5,9 @@ use std::time::Duration;
 use deskbell::testkit::{HookReply, Reply as Script};
 use serde_json::{Value, json};
 
-use crate::support::{ORIGIN, TOOL_SECRET, TestApp};
+use crate::support::{ORIGIN, TOOL_SECRET, TestApp, for_racing};
 
 const TEN_MINUTES_MS: i64 = 10 * 60 * 1000;
-
-/// Asks the model to cancel order 42 and returns the conversation and the card.
-async fn raise_card(t: &TestApp, token: &str) -> (String, Value) {
-    t.llm.push(Script::tool_calls(&[(
-        "cancel_order",
-        json!({"order_id": 42}),
-    )]));
-    let r = t.question(token, None, "Please cancel order 42").await;
-    assert_eq!(r.status, 200, "{:?}", r.json);
-    (r.conversation(), r.event("confirm").clone())
-}
 
 #[tokio::test]
 async fn a_confirm_call_stops_the_turn_with_a_card_and_runs_nothing() {
@@ -73,7 +62,7 @@ async fn a_confirm_call_stops_the_turn_with_a_card_and_runs_nothing() {
 async fn confirming_runs_exactly_the_shown_arguments_once_and_answers_in_a_new_bubble() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     let first = t.history(&token, &conversation).await.json["messages"][1].clone();
     t.hook
         .push(HookReply::ok(r#"{"cancelled": true, "order_id": 42}"#));
@@ -180,7 +169,7 @@ async fn confirming_runs_exactly_the_shown_arguments_once_and_answers_in_a_new_b
 async fn cancelling_runs_nothing_tells_the_model_and_withholds_the_tool() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     t.llm
         .push(Script::text("All right, I left the order as it is."));
     let r = t.answer(&token, &conversation, &card, "cancel").await;
@@ -223,7 +212,7 @@ async fn cancelling_runs_nothing_tells_the_model_and_withholds_the_tool() {
 async fn a_replayed_confirmation_is_refused() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     assert_eq!(
         t.answer(&token, &conversation, &card, "confirm")
             .await
@@ -252,7 +241,7 @@ async fn a_replayed_confirmation_is_refused() {
 async fn a_forged_signature_is_refused_and_nothing_runs() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     let mut forged = card.clone();
     for signature in ["AAAA", "", "not base64!", &"A".repeat(43)] {
         forged["signature"] = json!(signature);
@@ -279,7 +268,7 @@ async fn a_forged_signature_is_refused_and_nothing_runs() {
 async fn arguments_altered_after_signing_are_refused_and_nothing_runs() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     sqlx::query("UPDATE calls SET arguments = '{\"order_id\":43}' WHERE id = $1")
         .bind(card["call"].as_str().unwrap())
         .execute(&t.db().await)
@@ -298,7 +287,7 @@ async fn arguments_altered_after_signing_are_refused_and_nothing_runs() {
 async fn a_late_answer_is_refused_and_the_card_reads_expired() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     t.clock.advance_ms(TEN_MINUTES_MS);
     let r = t.answer(&token, &conversation, &card, "confirm").await;
     assert_eq!((r.status, r.code()), (410, "confirmation_expired"));
@@ -331,7 +320,7 @@ async fn a_late_answer_is_refused_and_the_card_reads_expired() {
 async fn a_card_expires_whether_or_not_anybody_answers() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (_, card) = raise_card(&t, &token).await;
+    let (_, card) = t.raise_card(&token).await;
     t.clock.advance_ms(TEN_MINUTES_MS - 1);
     assert!(
         t.app
@@ -359,7 +348,7 @@ async fn a_card_expires_whether_or_not_anybody_answers() {
 async fn the_time_to_live_follows_the_setting() {
     let t = TestApp::with(|c| c.approval_ttl = Duration::from_secs(3)).await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     let expires =
         chrono::DateTime::parse_from_rfc3339(card["expires_at"].as_str().unwrap()).unwrap();
     assert_eq!(
@@ -381,7 +370,7 @@ async fn another_visitor_cannot_answer_a_card() {
     let t = TestApp::start().await;
     let alice = t.visitor().await;
     let mallory = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &alice).await;
+    let (conversation, card) = t.raise_card(&alice).await;
     let r = t.answer(&mallory, &conversation, &card, "confirm").await;
     assert_eq!((r.status, r.code()), (404, "conversation_not_found"));
     assert!(t.hook.calls().is_empty());
@@ -395,8 +384,8 @@ async fn another_visitor_cannot_answer_a_card() {
 async fn a_call_from_another_conversation_is_refused() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (conversation_a, _card_a) = raise_card(&t, &token).await;
-    let (_conversation_b, card_b) = raise_card(&t, &token).await;
+    let (conversation_a, _card_a) = t.raise_card(&token).await;
+    let (_conversation_b, card_b) = t.raise_card(&token).await;
     let r = t.answer(&token, &conversation_a, &card_b, "confirm").await;
     assert_eq!((r.status, r.code()), (404, "call_not_found"));
     assert!(t.hook.calls().is_empty());
@@ -414,19 +403,13 @@ async fn a_call_from_another_conversation_is_refused() {
 async fn a_card_whose_tool_changed_since_it_was_signed_is_refused_as_stale() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     // The operator edits the tool and restarts: a second app on the same database.
-    let edited = TestApp::on(
-        t.database_url.clone(),
-        None,
-        t.llm.clone(),
-        t.hook.clone(),
-        t.clock.clone(),
-        |c| {
+    let edited = t
+        .replica(|c| {
             c.sites[0].tools[1].url = t.hook.url("/cancel-v2");
-        },
-    )
-    .await;
+        })
+        .await;
     let r = edited.answer(&token, &conversation, &card, "confirm").await;
     assert_eq!((r.status, r.code()), (409, "call_not_pending"));
     assert!(t.hook.calls().is_empty());
@@ -438,16 +421,9 @@ async fn a_card_whose_tool_changed_since_it_was_signed_is_refused_as_stale() {
 
 #[tokio::test]
 async fn fifty_concurrent_confirmations_run_the_call_exactly_once() {
-    // Generous guards, so that every racer reaches the decision itself.
-    let t = TestApp::with(|c| {
-        let limits = &mut c.sites[0].limits;
-        limits.requests_per_minute = 1000;
-        limits.requests_per_minute_per_ip = 1000;
-        limits.concurrent_streams_per_visitor = 100;
-    })
-    .await;
+    let t = TestApp::with(for_racing).await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     let answers = (0..50).map(|_| t.answer(&token, &conversation, &card, "confirm"));
     let replies = futures_util::future::join_all(answers).await;
     let ok = replies.iter().filter(|r| r.status == 200).count();
@@ -465,18 +441,10 @@ async fn fifty_concurrent_confirmations_run_the_call_exactly_once() {
 
 #[tokio::test]
 async fn two_replicas_racing_on_one_database_run_the_call_once() {
-    let t = TestApp::start().await;
-    let replica = TestApp::on(
-        t.database_url.clone(),
-        None,
-        t.llm.clone(),
-        t.hook.clone(),
-        t.clock.clone(),
-        |_| {},
-    )
-    .await;
+    let t = TestApp::with(for_racing).await;
+    let replica = t.replica(for_racing).await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     let answers = (0..20).map(|i| {
         let app = if i % 2 == 0 { &t } else { &replica };
         app.answer(&token, &conversation, &card, "confirm")
@@ -492,7 +460,7 @@ async fn two_replicas_racing_on_one_database_run_the_call_once() {
 async fn a_new_message_closes_a_pending_card_as_superseded() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     t.llm.push(Script::text("Sure, what else?"));
     let r = t
         .question(&token, Some(&conversation), "Actually, never mind")
@@ -758,7 +726,7 @@ async fn a_turn_is_bounded_to_eight_model_rounds() {
 async fn a_card_replayed_from_history_after_a_reload_still_works() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (conversation, _card) = raise_card(&t, &token).await;
+    let (conversation, _card) = t.raise_card(&token).await;
     let h = t.history(&token, &conversation).await.json;
     let step = h["messages"][1]["steps"][0].clone();
     t.llm.push(Script::text("Done."));
@@ -771,7 +739,7 @@ async fn a_card_replayed_from_history_after_a_reload_still_works() {
 async fn an_answer_passes_the_same_guards_as_a_question() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     let body = json!({"conversation": conversation, "call": card["call"], "decision": "confirm", "signature": card["signature"]}).to_string();
     let r = t
         .post_raw(
@@ -803,7 +771,7 @@ async fn an_answer_passes_the_same_guards_as_a_question() {
 async fn the_audit_table_is_append_only() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    raise_card(&t, &token).await;
+    t.raise_card(&token).await;
     t.assert_audit_is_append_only().await;
     assert_eq!(t.audit().await.len(), 1);
 }
@@ -812,7 +780,7 @@ async fn the_audit_table_is_append_only() {
 async fn the_audit_export_writes_every_row_oldest_first() {
     let t = TestApp::start().await;
     let token = t.visitor().await;
-    let (conversation, card) = raise_card(&t, &token).await;
+    let (conversation, card) = t.raise_card(&token).await;
     t.answer(&token, &conversation, &card, "confirm").await;
     let export = |format: &str| {
         std::process::Command::new(env!("CARGO_BIN_EXE_deskbell"))

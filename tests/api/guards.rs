@@ -186,12 +186,7 @@ mod limits {
     async fn an_answer_to_a_card_counts_against_the_rate_limit() {
         let t = TestApp::with(|c| c.sites[0].limits.requests_per_minute = 1).await;
         let token = t.visitor().await;
-        t.llm.push(Script::tool_calls(&[(
-            "cancel_order",
-            json!({"order_id": 42}),
-        )]));
-        let r = t.question(&token, None, "Cancel 42").await;
-        let (conversation, card) = (r.conversation(), r.event("confirm").clone());
+        let (conversation, card) = t.raise_card(&token).await;
         let refused = t.answer(&token, &conversation, &card, "confirm").await;
         assert_eq!((refused.status, refused.code()), (429, "rate_limited"));
         assert!(t.hook.calls().is_empty());
@@ -288,17 +283,11 @@ mod limits {
         let day = deskbell::guard::admission_utc_day(now);
         assert_eq!(t.app.store.budget_spent("acme", &day).await.unwrap(), 140);
 
-        let restarted = TestApp::on(
-            t.database_url.clone(),
-            None,
-            t.llm.clone(),
-            t.hook.clone(),
-            t.clock.clone(),
-            |c| {
+        let restarted = t
+            .replica(|c| {
                 c.sites[0].limits.daily_token_budget = 100;
-            },
-        )
-        .await;
+            })
+            .await;
         assert_eq!(
             restarted.question(&token, None, "hi").await.code(),
             "daily_budget_exhausted"

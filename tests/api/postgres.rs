@@ -34,7 +34,7 @@ async fn start_on_postgres() -> TestApp {
         llm,
         hook,
         Arc::new(ManualClock::starting_now()),
-        |_| {},
+        crate::support::for_racing,
     )
     .await
 }
@@ -68,22 +68,9 @@ async fn the_confirmation_flow_works_on_postgresql() {
 #[tokio::test]
 async fn replicas_sharing_postgresql_run_a_confirmed_call_once() {
     let t = start_on_postgres().await;
-    let replica = TestApp::on(
-        t.database_url.clone(),
-        None,
-        t.llm.clone(),
-        t.hook.clone(),
-        t.clock.clone(),
-        |_| {},
-    )
-    .await;
+    let replica = t.replica(crate::support::for_racing).await;
     let token = t.visitor().await;
-    t.llm.push(Script::tool_calls(&[(
-        "cancel_order",
-        json!({"order_id": 42}),
-    )]));
-    let r = t.question(&token, None, "Cancel 42").await;
-    let (conversation, card) = (r.conversation(), r.event("confirm").clone());
+    let (conversation, card) = t.raise_card(&token).await;
     let answers = (0..30).map(|i| {
         if i % 2 == 0 { &t } else { &replica }.answer(&token, &conversation, &card, "confirm")
     });

@@ -388,3 +388,39 @@ impl TestApp {
         assert!(delete.is_err(), "an audit row was deleted");
     }
 }
+
+impl TestApp {
+    /// A second app on the same database, model, tool endpoint and clock: another
+    /// replica, or the same server restarted with an edited configuration.
+    pub async fn replica(&self, edit: impl FnOnce(&mut Config)) -> TestApp {
+        TestApp::on(
+            self.database_url.clone(),
+            None,
+            self.llm.clone(),
+            self.hook.clone(),
+            self.clock.clone(),
+            edit,
+        )
+        .await
+    }
+
+    /// Asks the model to cancel order 42; returns the conversation and the card.
+    pub async fn raise_card(&self, token: &str) -> (String, Value) {
+        self.llm.push(deskbell::testkit::Reply::tool_calls(&[(
+            "cancel_order",
+            serde_json::json!({"order_id": 42}),
+        )]));
+        let r = self.question(token, None, "Please cancel order 42").await;
+        assert_eq!(r.status, 200, "{:?}", r.json);
+        (r.conversation(), r.event("confirm").clone())
+    }
+}
+
+/// Guards loose enough that every racing answer reaches the decision itself, so a
+/// race test sees the decision's 409s rather than the guards' 429s.
+pub fn for_racing(c: &mut Config) {
+    let limits = &mut c.sites[0].limits;
+    limits.requests_per_minute = 1000;
+    limits.requests_per_minute_per_ip = 1000;
+    limits.concurrent_streams_per_visitor = 100;
+}
