@@ -54,7 +54,7 @@ pub struct ToolSpec {
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
-    pub tools: Vec<ToolSpec>,
+    pub tools: Vec<std::sync::Arc<ToolSpec>>,
     pub max_tokens: u32,
 }
 

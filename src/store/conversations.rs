@@ -74,15 +74,6 @@ impl Store {
         Ok(())
     }
 
-    pub async fn set_message_status(&self, id: &str, status: &str) -> anyhow::Result<()> {
-        sqlx::query("UPDATE messages SET status = $1 WHERE id = $2")
-            .bind(status)
-            .bind(id)
-            .execute(self.writer())
-            .await?;
-        Ok(())
-    }
-
     /// The messages of a conversation in order, without those still streaming.
     pub async fn messages(&self, conversation: &str) -> anyhow::Result<Vec<MessageRow>> {
         let rows = sqlx::query(

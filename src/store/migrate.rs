@@ -10,23 +10,24 @@ use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 
 use super::{Backend, Store};
 
-/// The migrations of one backend's folder, embedded: `(version, name, file)`.
+/// Embedded migrations: `(version, name, file under migrations/)`. The dialects share
+/// a file where the SQL is the same and differ only where they must (triggers).
 macro_rules! embedded {
-    ($dir:literal: $(($version:literal, $name:literal, $file:literal)),* $(,)?) => {
-        &[$(($version, $name, include_str!(concat!("../../migrations/", $dir, "/", $file)))),*]
+    ($(($version:literal, $name:literal, $file:literal)),* $(,)?) => {
+        &[$(($version, $name, include_str!(concat!("../../migrations/", $file)))),*]
     };
 }
 
-const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
-    (1, "init", "0001_init.sql"),
-    (2, "audit append only", "0002_audit_append_only.sql"),
-    (3, "budgets", "0003_budgets.sql"),
+const SQLITE: &[(i64, &str, &str)] = embedded!(
+    (1, "init", "common/0001_init.sql"),
+    (2, "audit append only", "sqlite/0002_audit_append_only.sql"),
+    (3, "budgets", "common/0003_budgets.sql"),
 );
 
-const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
-    (1, "init", "0001_init.sql"),
-    (2, "audit append only", "0002_audit_append_only.sql"),
-    (3, "budgets", "0003_budgets.sql"),
+const POSTGRES: &[(i64, &str, &str)] = embedded!(
+    (1, "init", "common/0001_init.sql"),
+    (2, "audit append only", "postgres/0002_audit_append_only.sql"),
+    (3, "budgets", "common/0003_budgets.sql"),
 );
 
 #[derive(Debug)]

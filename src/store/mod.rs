@@ -108,9 +108,6 @@ impl Store {
         Ok(store)
     }
 
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
 
     pub async fn ping(&self) -> anyhow::Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;

@@ -59,8 +59,8 @@ impl Tool {
         schema::check_instance(&self.validator, arguments)
     }
 
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
+    fn spec(&self) -> Arc<ToolSpec> {
+        Arc::new(ToolSpec {
             name: self.name.clone(),
             description: if self.description.is_empty() {
                 self.label.clone()
@@ -68,14 +68,15 @@ impl Tool {
                 self.description.clone()
             },
             parameters: self.schema.clone(),
-        }
+        })
     }
 }
 
-/// The tools of one site, by name.
+/// The tools of one site, by name, with the specs offered to the model built once.
 #[derive(Default)]
 pub struct Toolbox {
     tools: Vec<Arc<Tool>>,
+    specs: Vec<Arc<ToolSpec>>,
     by_name: HashMap<String, usize>,
 }
 
@@ -86,7 +87,9 @@ impl Toolbox {
             toolbox
                 .by_name
                 .insert(config.name.clone(), toolbox.tools.len());
-            toolbox.tools.push(Arc::new(Tool::from_config(config)?));
+            let tool = Tool::from_config(config)?;
+            toolbox.specs.push(tool.spec());
+            toolbox.tools.push(Arc::new(tool));
         }
         Ok(toolbox)
     }
@@ -96,11 +99,12 @@ impl Toolbox {
     }
 
     /// The tools the model may call: every tool not `off`, less the withheld one.
-    pub fn offered(&self, withheld: Option<&str>) -> Vec<ToolSpec> {
+    pub fn offered(&self, withheld: Option<&str>) -> Vec<Arc<ToolSpec>> {
         self.tools
             .iter()
-            .filter(|t| t.policy != Policy::Off && Some(t.name.as_str()) != withheld)
-            .map(|t| t.spec())
+            .zip(&self.specs)
+            .filter(|(t, _)| t.policy != Policy::Off && Some(t.name.as_str()) != withheld)
+            .map(|(_, spec)| Arc::clone(spec))
             .collect()
     }
 }
