@@ -26,7 +26,11 @@ const SQLITE: &[(i64, &str, &str)] = embedded!(
 
 const POSTGRES: &[(i64, &str, &str)] = embedded!(
     (1, "init", "common/0001_init.sql"),
-    (2, "audit append only", "postgres/0002_audit_append_only.sql"),
+    (
+        2,
+        "audit append only",
+        "postgres/0002_audit_append_only.sql"
+    ),
     (3, "budgets", "common/0003_budgets.sql"),
 );
 

@@ -108,7 +108,6 @@ impl Store {
         Ok(store)
     }
 
-
     pub async fn ping(&self) -> anyhow::Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())

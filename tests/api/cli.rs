@@ -143,3 +143,92 @@ fn environment_variables_override_the_file() {
             .contains("DESKBELL_ACTION_APPROVAL_TTL_MIN")
     );
 }
+
+/// SPEC §3: secrets never appear in logs, even at the most verbose level.
+#[test]
+fn secrets_never_appear_in_the_logs() {
+    use std::io::Read;
+    let master = "master-secret-that-must-not-leak-0123456789";
+    let tool_secret = "tool-secret-that-must-not-leak";
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = tempfile::tempdir().unwrap();
+    let (_dir, path) = config_file(
+        "s.toml",
+        &format!(
+            "[server]\nbind = \"127.0.0.1:{port}\"\ndata_dir = \"{}\"\n[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmax_retries = 0\n\
+             [[site]]\nid = \"acme\"\norigins = [\"https://acme.example\"]\n[[site.tool]]\nname = \"t\"\nlabel = \"T\"\npolicy = \"auto\"\n\
+             url = \"http://127.0.0.1:9/t\"\nsecret_env = \"TOOL_SECRET\"\n",
+            data.path().display()
+        ),
+    );
+    let mut child = deskbell()
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("BETTER_AUTH_SECRET", master)
+        .env("TOOL_SECRET", tool_secret)
+        .env("OPENAI_API_KEY", "sk-key-that-must-not-leak")
+        .env("DESKBELL_LOG", "trace")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        for _ in 0..200 {
+            if http.get(format!("{base}/healthz")).send().await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        let v: serde_json::Value = http
+            .post(format!("{base}/v1/visitors"))
+            .header("origin", "https://acme.example")
+            .json(&serde_json::json!({"site": "acme"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let r = http
+            .post(format!("{base}/v1/ask"))
+            .header("origin", "https://acme.example")
+            .bearer_auth(v["token"].as_str().unwrap())
+            .json(&serde_json::json!({"message": "hello"}))
+            .send()
+            .await
+            .unwrap();
+        let body = r.text().await.unwrap();
+        assert!(!body.contains(master) && !body.contains("sk-key"), "{body}");
+    });
+    child.kill().unwrap();
+    let mut logs = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    assert!(
+        logs.contains("provider") || logs.contains("model"),
+        "the test saw the logs: {logs}"
+    );
+    for secret in [master, tool_secret, "sk-key-that-must-not-leak"] {
+        assert!(!logs.contains(secret), "{secret} leaked into the logs");
+    }
+}

@@ -822,3 +822,43 @@ async fn the_audit_export_writes_every_row_oldest_first() {
         lines[2]
     );
 }
+
+#[tokio::test]
+async fn a_tool_call_names_the_verified_user_and_is_signed_only_when_the_tool_has_a_secret() {
+    let t = TestApp::start().await;
+    let hash = hex::encode(deskbell::secret::hmac_sha256(
+        crate::support::IDENTITY_SECRET.as_bytes(),
+        b"user-7",
+    ));
+    let v = t
+        .post(
+            "/v1/visitors",
+            None,
+            ORIGIN,
+            json!({"site": "acme", "user_id": "user-7", "user_hash": hash}),
+        )
+        .await;
+    let token = v.json["token"].as_str().unwrap();
+    t.llm.push(Script::tool_calls(&[(
+        "lookup_order",
+        json!({"order_id": 7}),
+    )]));
+    t.question(token, None, "Where is order 7?").await;
+    let call = &t.hook.calls()[0];
+    assert_eq!(
+        call.body["visitor"],
+        json!({"id": v.json["visitor"], "user_id": "user-7"})
+    );
+    assert!(call.headers.contains_key("idempotency-key"));
+    assert!(
+        !call.headers.contains_key("deskbell-signature"),
+        "lookup_order has no secret"
+    );
+    let anonymous = t.visitor().await;
+    t.llm.push(Script::tool_calls(&[(
+        "lookup_order",
+        json!({"order_id": 8}),
+    )]));
+    t.question(&anonymous, None, "And order 8?").await;
+    assert_eq!(t.hook.calls()[1].body["visitor"]["user_id"], Value::Null);
+}
