@@ -211,6 +211,7 @@ fn secrets_never_appear_in_the_logs() {
         assert!(!body.contains(master) && !body.contains("sk-key"), "{body}");
     });
     child.kill().unwrap();
+    child.wait().unwrap();
     let mut logs = String::new();
     child
         .stderr
