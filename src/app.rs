@@ -2,6 +2,7 @@
 //! tests, benchmarks) builds in the same way.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, SiteConfig};
 use crate::guard::counters::{Counters, LocalCounters};
 use crate::knowledge::Knowledge;
-use crate::llm::{OpenAiProvider, Provider};
+use crate::llm::{LocalProvider, OpenAiProvider, Provider};
 use crate::secret::Keys;
 use crate::store::Store;
 use crate::tools::Toolbox;
@@ -74,6 +75,24 @@ pub struct Overrides {
     pub counters: Option<Arc<dyn Counters>>,
 }
 
+/// Loads the embedded model, off the async runtime since it reads a large file.
+async fn local_provider(config: &Config) -> anyhow::Result<LocalProvider> {
+    let llm = &config.llm;
+    let path = match &llm.local_model {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let source = crate::llm::local::fetch::default_model();
+            crate::llm::local::fetch::fetch(&source, &llm.local_cache, llm.hub_endpoint.as_deref())
+                .await?
+        }
+    };
+    let tokenizer = llm.local_tokenizer.as_ref().map(PathBuf::from);
+    let queue = llm.local_queue;
+    let (provider, _) =
+        tokio::task::spawn_blocking(move || LocalProvider::start(path, tokenizer, queue)).await??;
+    Ok(provider)
+}
+
 /// Connects storage and the provider and derives the keys. The config must have been
 /// validated and must carry the master secret.
 pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> {
@@ -97,6 +116,7 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
     }
     let provider: Arc<dyn Provider> = match overrides.provider {
         Some(p) => p,
+        None if config.llm.provider == "local" => Arc::new(local_provider(&config).await?),
         None => Arc::new(OpenAiProvider::new(&config.llm)?),
     };
     let trusted_proxies = config

@@ -1,3 +1,4 @@
 fn main() -> std::process::ExitCode {
+    deskbell::llm::local::prefer_fast_weights();
     deskbell::cli::main()
 }

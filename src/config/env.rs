@@ -51,6 +51,14 @@ pub(super) fn apply(config: &mut Config, env: &Env) -> Vec<Problem> {
     if let Some(v) = env.get("DESKBELL_LLM_MODEL") {
         config.llm.model = v.into();
     }
+    if let Some(v) = env.get("DESKBELL_LOCAL_MODEL") {
+        config.llm.local_model = Some(v.into());
+    }
+    if let Some(v) = env.get("DESKBELL_LOCAL_TOKENIZER") {
+        config.llm.local_tokenizer = Some(v.into());
+    }
+    config.llm.local_cache = crate::llm::local::fetch::cache_dir(env);
+    config.llm.hub_endpoint = env.get("HF_ENDPOINT").map(String::from);
     if let Some(v) = env.get(TTL_VAR) {
         match parse_ttl_minutes(v) {
             Some(ttl) => config.approval_ttl = ttl,

@@ -117,6 +117,21 @@ pub struct LlmConfig {
     pub idle_timeout_s: f64,
     /// How often a transient failure is retried before the first token.
     pub max_retries: u32,
+    /// For `provider = "local"`: the GGUF model file (`DESKBELL_LOCAL_MODEL`); when
+    /// unset, the default model is downloaded once into the model cache.
+    pub local_model: Option<String>,
+    /// For `provider = "local"`: a `tokenizer.json` to use instead of the one the
+    /// GGUF file carries (`DESKBELL_LOCAL_TOKENIZER`).
+    pub local_tokenizer: Option<String>,
+    /// For `provider = "local"`: how many turns may wait for the model; one more
+    /// is answered 503 `provider_unavailable`.
+    pub local_queue: usize,
+    /// Where the default local model is kept once downloaded (from the environment).
+    #[serde(skip)]
+    pub local_cache: std::path::PathBuf,
+    /// The Hub to download it from, when not huggingface.co (`HF_ENDPOINT`).
+    #[serde(skip)]
+    pub hub_endpoint: Option<String>,
     #[serde(skip)]
     pub api_key: Option<Secret>,
 }
@@ -132,6 +147,11 @@ impl Default for LlmConfig {
             connect_timeout_s: 10.0,
             idle_timeout_s: 60.0,
             max_retries: 2,
+            local_model: None,
+            local_tokenizer: None,
+            local_queue: 4,
+            local_cache: std::path::PathBuf::new(),
+            hub_endpoint: None,
             api_key: None,
         }
     }

@@ -48,11 +48,11 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
             "must be a positive number of seconds",
         );
     }
-    if config.llm.provider != "openai" {
+    if !matches!(config.llm.provider.as_str(), "openai" | "local") {
         add(
             &mut out,
             "llm.provider".into(),
-            "must be \"openai\" (any OpenAI-compatible API)",
+            "must be \"openai\" (any OpenAI-compatible API) or \"local\" (the embedded model)",
         );
     }
     if !is_http_url(&config.llm.base_url) {

@@ -41,13 +41,19 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
     if env.get("BETTER_AUTH_SECRET").is_none() {
         env = env.with("BETTER_AUTH_SECRET", &secret);
     }
-    let model_configured =
-        env.get("DESKBELL_LLM_BASE_URL").is_some() || env.get("OPENAI_API_KEY").is_some();
-    let config = Config::from_toml(
+    // With no OpenAI-compatible endpoint configured, the demo answers with the
+    // embedded model: a file named in DESKBELL_LOCAL_MODEL, or the default model,
+    // downloaded once.
+    let remote = env.get("DESKBELL_LLM_BASE_URL").is_some() || env.get("OPENAI_API_KEY").is_some();
+    let mut config = Config::from_toml(
         &demo_config(&bind, &knowledge),
         "(demo configuration)",
         &env,
     )?;
+    if !remote {
+        config.llm.provider = "local".into();
+        println!("{LOCAL_MODEL}");
+    }
     // The bundled documents may have changed with this version: bring the index up
     // to date (unchanged documents are skipped).
     for site in &config.sites {
@@ -62,18 +68,14 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {bind} (is another demo running?)"))?;
     println!("Deskbell demo: open http://{bind}/ in a browser. Data is kept in {DATA_DIR}.");
-    if !model_configured {
-        println!("{NO_MODEL}");
-    }
     crate::app::serve(app, router, listener, crate::cli::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
 
-const NO_MODEL: &str = "\nNo model is configured, so the assistant cannot answer yet. Deskbell talks to any \
-OpenAI-compatible Chat Completions API: set OPENAI_API_KEY to use OpenAI (model gpt-4o-mini), or point \
-DESKBELL_LLM_BASE_URL at a local server such as Ollama (http://127.0.0.1:11434/v1), llama.cpp's server or vLLM, \
-and set DESKBELL_LLM_MODEL to a model it serves that supports tool calling (for example qwen2.5:7b); then \
-start the demo again.\n";
+const LOCAL_MODEL: &str = "No OpenAI-compatible endpoint is configured, so the demo answers with the \
+embedded model, on this machine's CPU: the file in DESKBELL_LOCAL_MODEL, or the default model (downloaded once). \
+To use a remote model instead, set OPENAI_API_KEY, or DESKBELL_LLM_BASE_URL and DESKBELL_LLM_MODEL for any \
+OpenAI-compatible server (Ollama, llama.cpp's server, vLLM).";
 
 /// A secret kept in the data folder, generated on first start, so restarts keep
 /// visitor tokens and pending cards valid.

@@ -5,8 +5,10 @@
 //! (a remote API today, an embedded model later) plugs in the same way.
 
 pub mod chunks;
+pub mod local;
 pub(crate) mod openai;
 
+pub use local::LocalProvider;
 pub use openai::OpenAiProvider;
 
 use futures_util::future::BoxFuture;
@@ -79,6 +81,9 @@ pub enum ProviderError {
     Stream(String),
     #[error("the provider sent something unreadable: {0}")]
     Protocol(String),
+    /// The embedded model's queue of waiting turns is full.
+    #[error("the local model is busy")]
+    Busy,
 }
 
 impl ProviderError {
@@ -87,7 +92,7 @@ impl ProviderError {
         match self {
             ProviderError::Connect(_) | ProviderError::Timeout | ProviderError::Stream(_) => true,
             ProviderError::Status(s) => *s == 429 || *s >= 500,
-            ProviderError::Protocol(_) => false,
+            ProviderError::Protocol(_) | ProviderError::Busy => false,
         }
     }
 }

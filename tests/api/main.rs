@@ -5,6 +5,7 @@ mod cli;
 mod confirm;
 mod guards;
 mod knowledge;
+mod local;
 mod postgres;
 mod support;
 mod visitors;

@@ -72,6 +72,9 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     if wants("streams") {
         open_streams(&sizes).await?;
     }
+    if wants("local") {
+        crate::local::figures(quick).await?;
+    }
     Ok(())
 }
 

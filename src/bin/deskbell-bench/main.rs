@@ -9,16 +9,25 @@
 mod client;
 mod figures;
 mod knowledge;
+mod local;
 mod server;
 mod stats;
 
 use std::process::ExitCode;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Before the runtime starts any thread (see deskbell::llm::local).
+    deskbell::llm::local::prefer_fast_weights();
     let quick = std::env::args().any(|a| a == "--quick");
     let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
-    match figures::run_all(quick, only.as_deref()).await {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("deskbell-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(figures::run_all(quick, only.as_deref())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("deskbell-bench: {e:#}");

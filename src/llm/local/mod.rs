@@ -1,0 +1,149 @@
+//! The embedded model (`[llm] provider = "local"`): a GGUF model run in-process by
+//! candle, so Deskbell answers with no API key and no model server.
+//!
+//! One model is loaded once and shared. Generation runs on a dedicated worker thread,
+//! never on the async runtime; turns wait in a bounded queue, and a turn that finds
+//! the queue full is refused at once (503 `provider_unavailable`) instead of waiting
+//! without end. The worker streams each piece of text as soon as it is decoded and
+//! stops as soon as nobody is left to read it.
+//!
+//! Speed: candle chooses its quantized SIMD kernels at compile time, so a portable
+//! build would multiply quantized weights with scalar code. `main` therefore asks
+//! candle (through `CANDLE_DEQUANTIZE_ALL`) to expand the weights to f32 at load,
+//! where its matrix multiplications pick AVX2/AVX-512/NEON at run time: prompts are
+//! read about ten times faster at the cost of memory.
+
+mod chat;
+mod engine;
+pub mod fetch;
+mod model;
+mod prefix;
+mod qwen2;
+mod vocab;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::time::Instant;
+
+use futures_util::future::BoxFuture;
+use futures_util::{StreamExt, stream};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::{ChatRequest, ModelStream, Provider, ProviderError};
+use engine::{Engine, Events};
+
+pub use vocab::Vocab;
+
+/// The variable candle reads to expand quantized weights at load.
+pub const DEQUANTIZE_VAR: &str = "CANDLE_DEQUANTIZE_ALL";
+
+/// Asks candle to expand quantized weights to f32 at load (see the module docs),
+/// unless the operator set the variable. Call it first thing in `main`: changing
+/// the environment is sound only while no other thread exists.
+pub fn prefer_fast_weights() {
+    if std::env::var_os(DEQUANTIZE_VAR).is_none() {
+        // SAFETY: called at the top of `main`, before any thread is started.
+        unsafe { std::env::set_var(DEQUANTIZE_VAR, "1") };
+    }
+}
+
+struct Job {
+    request: ChatRequest,
+    events: Events,
+}
+
+/// What the worker has done, for logs, tests and benchmarks.
+#[derive(Default)]
+pub struct Stats {
+    pub turns: AtomicU64,
+    pub abandoned: AtomicU64,
+    pub prefix_hits: AtomicU64,
+}
+
+pub struct LocalProvider {
+    jobs: SyncSender<Job>,
+    pub stats: Arc<Stats>,
+}
+
+/// A loaded model and facts about it, for start-up logs and benchmarks.
+pub struct ModelInfo {
+    pub path: PathBuf,
+    pub architecture: String,
+    pub context: usize,
+    pub load_ms: u128,
+}
+
+impl LocalProvider {
+    /// Loads the model and starts the worker. `queue` is how many turns may wait
+    /// while one is being answered.
+    pub fn start(
+        path: PathBuf,
+        tokenizer: Option<PathBuf>,
+        queue: usize,
+    ) -> anyhow::Result<(Self, ModelInfo)> {
+        let started = Instant::now();
+        let loaded = model::load(&path, tokenizer.as_deref())?;
+        let info = ModelInfo {
+            path,
+            architecture: loaded.architecture.clone(),
+            context: loaded.context,
+            load_ms: started.elapsed().as_millis(),
+        };
+        let mut engine = Engine::new(loaded)?;
+        let (jobs, waiting) = sync_channel::<Job>(queue);
+        let stats = Arc::new(Stats::default());
+        let worker_stats = stats.clone();
+        std::thread::Builder::new()
+            .name("deskbell-model".into())
+            .spawn(move || {
+                // The loop ends when the provider, and with it the sender, is dropped.
+                while let Ok(job) = waiting.recv() {
+                    if job.events.is_closed() {
+                        worker_stats.abandoned.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    engine.run(&job.request, &job.events);
+                    if job.events.is_closed() {
+                        worker_stats.abandoned.fetch_add(1, Ordering::Relaxed);
+                    }
+                    worker_stats.turns.fetch_add(1, Ordering::Relaxed);
+                    worker_stats
+                        .prefix_hits
+                        .store(engine.prefix_hits(), Ordering::Relaxed);
+                }
+            })?;
+        tracing::info!(
+            model = %info.path.display(),
+            architecture = %info.architecture,
+            load_ms = info.load_ms as u64,
+            "the local model is loaded"
+        );
+        Ok((Self { jobs, stats }, info))
+    }
+}
+
+impl Provider for LocalProvider {
+    fn stream(&self, request: ChatRequest) -> BoxFuture<'_, Result<ModelStream, ProviderError>> {
+        Box::pin(async move {
+            let (events, mut received) = mpsc::channel(64);
+            self.jobs
+                .try_send(Job { request, events })
+                .map_err(|e| match e {
+                    TrySendError::Full(_) => ProviderError::Busy,
+                    TrySendError::Disconnected(_) => {
+                        ProviderError::Connect("the local model has stopped".into())
+                    }
+                })?;
+            match received.recv().await {
+                Some(Ok(first)) => Ok(stream::once(async { Ok(first) })
+                    .chain(ReceiverStream::new(received))
+                    .boxed()),
+                Some(Err(e)) => Err(e),
+                None => Err(ProviderError::Stream("the local model has stopped".into())),
+            }
+        })
+    }
+}
