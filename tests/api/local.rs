@@ -269,3 +269,74 @@ async fn the_demo_flow_runs_on_the_local_model_from_question_to_confirmed_cancel
         ["requested", "confirmed", "executed"]
     );
 }
+
+/// A Hugging Face Hub stand-in that serves one file at one commit, as the Hub's
+/// `resolve` endpoint does (HEAD with ETag and X-Repo-Commit, then GET), counting
+/// the downloads.
+async fn fake_hub(bytes: Vec<u8>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use axum::http::{HeaderMap, Method};
+    let gets = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = gets.clone();
+    let bytes = bytes::Bytes::from(bytes);
+    let app = axum::Router::new().route(
+        "/acme/tiny-GGUF/resolve/{revision}/{file}",
+        axum::routing::any(move |method: Method| {
+            let (bytes, counted) = (bytes.clone(), counted.clone());
+            async move {
+                let mut headers = HeaderMap::new();
+                headers.insert("etag", "\"b179c9523d0e\"".parse().unwrap());
+                headers.insert("x-repo-commit", HUB_COMMIT.parse().unwrap());
+                headers.insert("content-length", bytes.len().into());
+                if method == Method::GET {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    (headers, bytes)
+                } else {
+                    (headers, bytes::Bytes::new())
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (base, gets)
+}
+
+const HUB_COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+#[tokio::test]
+async fn a_pinned_model_is_downloaded_once_and_its_checksum_checked() {
+    use deskbell::llm::local::fetch::{ModelSource, fetch};
+    let (endpoint, gets) = fake_hub(std::fs::read(test_model()).unwrap()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let source = ModelSource {
+        owner: "acme".into(),
+        name: "tiny-GGUF".into(),
+        file: "SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+        revision: HUB_COMMIT.into(),
+        sha256: Some("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53".into()),
+    };
+    let path = fetch(&source, cache.path(), Some(&endpoint)).await.unwrap();
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        std::fs::metadata(test_model()).unwrap().len()
+    );
+    let again = fetch(&source, cache.path(), Some(&endpoint)).await.unwrap();
+    assert_eq!(again, path);
+    assert_eq!(
+        gets.load(Ordering::SeqCst),
+        1,
+        "the second start used the cache"
+    );
+    // The file it fetched is a model the provider loads.
+    LocalProvider::start(path, None, 1).unwrap();
+
+    let wrong = ModelSource {
+        sha256: Some("00".repeat(32)),
+        ..source
+    };
+    let error = fetch(&wrong, cache.path(), Some(&endpoint))
+        .await
+        .unwrap_err();
+    assert!(format!("{error:#}").contains("not the pinned"), "{error:#}");
+}
