@@ -220,12 +220,20 @@ async fn the_demo_flow_runs_on_the_local_model_from_question_to_confirmed_cancel
     let (t, _dir) = demo_like_site().await;
     let token = t.visitor().await;
 
-    // A question about the documents is answered from them.
+    // A question about the documents is answered from them, citing one.
     let answer = t
-        .question(&token, None, "How long does shipping take?")
+        .question(&token, None, "What does [1] say about shipping?")
         .await;
     assert_eq!(answer.status, 200, "{:?}", answer.json);
     assert!(answer.text().contains("ship"), "{}", answer.text());
+    let cited = answer.event("citations")["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(
+        !cited.is_empty() && cited[0]["title"].as_str().is_some_and(|t| !t.is_empty()),
+        "{cited:?}"
+    );
     assert_eq!(answer.event("done")["status"], "answered");
 
     // An order lookup runs at once: its policy is auto.
