@@ -6,6 +6,7 @@ mod confirm;
 mod guards;
 mod knowledge;
 mod local;
+mod local_arch;
 mod postgres;
 mod support;
 mod visitors;

@@ -1,0 +1,123 @@
+//! The qwen2 architecture (the default model's) without the default model, which
+//! this machine cannot download: a tiny Qwen2 with random weights, written as GGUF
+//! with the test model's vocabulary, must load, stream, and start its second turn
+//! from the cached prefix with the same answer. Random weights say nothing about
+//! quality; they do run every tensor of the vendored model code.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
+use candle_core::{Device, Tensor};
+use deskbell::llm::{ChatMessage, ChatRequest, LocalProvider, ModelEvent, Provider, ToolSpec};
+use futures_util::StreamExt;
+use serde_json::json;
+
+use crate::local::test_model;
+
+const HIDDEN: usize = 64;
+const HEADS: usize = 4;
+const KV_HEADS: usize = 2;
+const FFN: usize = 128;
+const LAYERS: usize = 2;
+
+fn tiny_qwen2(path: &std::path::Path) {
+    let mut source = std::fs::File::open(test_model()).unwrap();
+    let vocab = gguf_file::Content::read(&mut source).unwrap();
+    let words = vocab.metadata["tokenizer.ggml.tokens"]
+        .to_vec()
+        .unwrap()
+        .len();
+    let mut metadata: Vec<(String, gguf_file::Value)> = vocab
+        .metadata
+        .iter()
+        .filter(|(k, _)| k.starts_with("tokenizer."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    use gguf_file::Value::{F32, String as S, U32};
+    for (key, value) in [
+        ("general.architecture", S("qwen2".into())),
+        ("qwen2.attention.head_count", U32(HEADS as u32)),
+        ("qwen2.attention.head_count_kv", U32(KV_HEADS as u32)),
+        ("qwen2.embedding_length", U32(HIDDEN as u32)),
+        ("qwen2.context_length", U32(2048)),
+        ("qwen2.block_count", U32(LAYERS as u32)),
+        ("qwen2.attention.layer_norm_rms_epsilon", F32(1e-6)),
+        ("qwen2.rope.freq_base", F32(10000.0)),
+    ] {
+        metadata.push((key.into(), value));
+    }
+    let kv = HIDDEN / HEADS * KV_HEADS;
+    let mut shapes: Vec<(String, Vec<usize>)> = vec![
+        ("token_embd.weight".into(), vec![words, HIDDEN]),
+        ("output_norm.weight".into(), vec![HIDDEN]),
+    ];
+    for l in 0..LAYERS {
+        for (name, shape) in [
+            ("attn_q.weight", vec![HIDDEN, HIDDEN]),
+            ("attn_q.bias", vec![HIDDEN]),
+            ("attn_k.weight", vec![kv, HIDDEN]),
+            ("attn_k.bias", vec![kv]),
+            ("attn_v.weight", vec![kv, HIDDEN]),
+            ("attn_v.bias", vec![kv]),
+            ("attn_output.weight", vec![HIDDEN, HIDDEN]),
+            ("ffn_gate.weight", vec![FFN, HIDDEN]),
+            ("ffn_up.weight", vec![FFN, HIDDEN]),
+            ("ffn_down.weight", vec![HIDDEN, FFN]),
+            ("attn_norm.weight", vec![HIDDEN]),
+            ("ffn_norm.weight", vec![HIDDEN]),
+        ] {
+            shapes.push((format!("blk.{l}.{name}"), shape));
+        }
+    }
+    let tensors: Vec<(String, QTensor)> = shapes
+        .into_iter()
+        .map(|(name, shape)| {
+            let t = Tensor::randn(0f32, 0.2, shape, &Device::Cpu).unwrap();
+            (name, QTensor::quantize(&t, GgmlDType::F32).unwrap())
+        })
+        .collect();
+    let metadata: Vec<(&str, &gguf_file::Value)> =
+        metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut out = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut out, &metadata, &tensors).unwrap();
+}
+
+#[tokio::test]
+async fn a_qwen2_model_loads_streams_and_reuses_its_prompt_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny-qwen2.gguf");
+    tiny_qwen2(&path);
+    let (provider, info) = LocalProvider::start(path, None, 2).unwrap();
+    assert_eq!(info.architecture, "qwen2");
+    let tools = vec![Arc::new(ToolSpec {
+        name: "lookup_order".into(),
+        description: "Look up an order.".into(),
+        parameters: json!({"type": "object"}),
+    })];
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let request = ChatRequest {
+            messages: vec![ChatMessage::User {
+                content: "Hello".into(),
+            }],
+            tools: tools.clone(),
+            max_tokens: 12,
+        };
+        let mut stream = provider.stream(request).await.unwrap();
+        let mut output = 0;
+        let mut text = String::new();
+        while let Some(event) = stream.next().await {
+            match event.unwrap() {
+                ModelEvent::Text(t) => text.push_str(&t),
+                ModelEvent::Usage(u) => output = u.output_tokens,
+                ModelEvent::ToolCalls(_) => {}
+            }
+        }
+        assert!(output > 0);
+        answers.push(text);
+    }
+    assert_eq!(provider.stats.prefix_hits.load(Ordering::Relaxed), 1);
+    assert_eq!(answers[0], answers[1]);
+}
