@@ -86,7 +86,13 @@ pub async fn fetch(
                 .progress(Progress::new(Bar::default()))
                 .send()
                 .await
-                .with_context(|| format!("cannot download {} from the Hub", source.file))?
+                .with_context(|| {
+                    format!(
+                        "cannot download {} from the Hub; to run without a download, set \
+                         DESKBELL_LOCAL_MODEL to a GGUF model file you have",
+                        source.file
+                    )
+                })?
         }
     };
     verify(&path, source).await?;
