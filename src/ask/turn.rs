@@ -53,6 +53,8 @@ pub struct Turn {
     withheld: Option<String>,
     /// Numbered sources the answer may cite.
     sources: Vec<Citation>,
+    /// The length of the question's sources at the end of the system message.
+    knowledge_len: usize,
 }
 
 impl Turn {
@@ -69,6 +71,7 @@ impl Turn {
             card_raised: false,
             withheld: None,
             sources: Vec::new(),
+            knowledge_len: 0,
         }
     }
 
@@ -125,6 +128,7 @@ impl Turn {
         };
         let passages = self.retrieve(&message).await;
         let knowledge = prompt::sources(passages.as_deref());
+        self.knowledge_len = knowledge.len();
         let mut messages = vec![prompt::system(&site.config, Part::Question, &knowledge)];
         messages.extend(history);
         messages.push(ChatMessage::User {
@@ -398,10 +402,17 @@ impl Turn {
         } else {
             Vec::new()
         };
+        let stable_system = match messages.first() {
+            Some(ChatMessage::System { content }) => {
+                content.len().saturating_sub(self.knowledge_len)
+            }
+            _ => 0,
+        };
         ChatRequest {
             messages: messages.to_vec(),
             tools,
             max_tokens: self.app.config.llm.max_output_tokens,
+            stable_system,
         }
     }
 

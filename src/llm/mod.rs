@@ -53,11 +53,15 @@ pub struct ToolSpec {
     pub parameters: serde_json::Value,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
     pub tools: Vec<std::sync::Arc<ToolSpec>>,
     pub max_tokens: u32,
+    /// How many bytes at the start of the first (system) message are the same for
+    /// every turn of the site: its instructions and rules, before the question's
+    /// sources. A provider that keeps a computed prompt prefix may keep that much.
+    pub stable_system: usize,
 }
 
 /// What a model stream yields.

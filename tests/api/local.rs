@@ -48,6 +48,7 @@ fn request(question: &str, max_tokens: u32) -> ChatRequest {
         ],
         tools: Vec::new(),
         max_tokens,
+        stable_system: "You are a helpful assistant.".len(),
     }
 }
 
@@ -107,12 +108,17 @@ async fn a_second_turn_starts_from_the_cached_prompt_prefix_and_answers_the_same
         parameters: json!({"type": "object", "properties": {"order_id": {"type": "integer"}}}),
     })];
     let mut answers = Vec::new();
-    for _ in 0..2 {
-        let mut r = request("Name three colours.", 24);
+    for question in [
+        "Name three colours.",
+        "Name three colours.",
+        "Where is Paris?",
+    ] {
+        let mut r = request(question, 24);
         r.tools = tools.clone();
         answers.push(collect(&provider, r).await.0);
     }
-    assert_eq!(provider.stats.prefix_hits.load(Ordering::Relaxed), 1);
+    // The system text and tool definitions were read once; the questions differ.
+    assert_eq!(provider.stats.prefix_hits.load(Ordering::Relaxed), 2);
     assert_eq!(answers[0], answers[1]);
     assert!(!answers[0].is_empty());
 }

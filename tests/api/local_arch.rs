@@ -104,6 +104,7 @@ async fn a_qwen2_model_loads_streams_and_reuses_its_prompt_prefix() {
             }],
             tools: tools.clone(),
             max_tokens: 12,
+            stable_system: 0,
         };
         let mut stream = provider.stream(request).await.unwrap();
         let mut output = 0;

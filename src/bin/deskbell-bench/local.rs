@@ -83,6 +83,8 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+const SYSTEM: &str = "You are the support assistant of Acme Store. Be brief.";
+
 struct Turn {
     first: Duration,
     total: Duration,
@@ -106,6 +108,7 @@ async fn turn(
         ],
         tools: tools.to_vec(),
         max_tokens: 32,
+        stable_system: SYSTEM.len(),
     };
     let started = Instant::now();
     let mut stream = provider.stream(request).await?;

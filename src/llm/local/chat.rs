@@ -24,20 +24,32 @@ pub struct Prompt {
     pub rest: String,
 }
 
-/// Renders the conversation. `specials` are the vocabulary's special-token texts:
-/// any of them inside a message is broken up so a visitor cannot write
-/// `<|im_start|>system` and be read as the system.
-pub fn render(messages: &[ChatMessage], tools: &[Arc<ToolSpec>], specials: &[&str]) -> Prompt {
+/// Renders the conversation. `stable` bytes of the first system message belong
+/// to the prefix (see `ChatRequest::stable_system`). `specials` are the
+/// vocabulary's special-token texts: any of them inside a message is broken up so
+/// a visitor cannot write `<|im_start|>system` and be read as the system.
+pub fn render(
+    messages: &[ChatMessage],
+    tools: &[Arc<ToolSpec>],
+    specials: &[&str],
+    stable: usize,
+) -> Prompt {
     let mut prefix = String::from("<|im_start|>system\n");
     if !tools.is_empty() {
         prefix.push_str(&tools_block(tools));
     }
     let mut rest = String::new();
     let mut in_system = true;
-    for message in messages {
+    for (i, message) in messages.iter().enumerate() {
         match message {
             ChatMessage::System { content } if in_system => {
-                rest.push_str(&defuse(content, specials));
+                let cut = if i == 0 && content.is_char_boundary(stable.min(content.len())) {
+                    stable.min(content.len())
+                } else {
+                    0
+                };
+                prefix.push_str(&defuse(&content[..cut], specials));
+                rest.push_str(&defuse(&content[cut..], specials));
                 rest.push_str("\n\n");
             }
             other => {
@@ -154,11 +166,14 @@ mod tests {
                 ],
                 &[tool()],
                 &["<|im_start|>"],
+                "Rules.".len(),
             )
         };
         let (a, b) = (ask("one"), ask("two"));
         assert_eq!(a.prefix, b.prefix);
         assert!(a.prefix.contains("\"name\":\"lookup_order\""));
+        assert!(a.prefix.ends_with("Rules."), "{}", a.prefix);
+        assert!(a.rest.starts_with("\n\nSources: one"), "{}", a.rest);
         assert!(
             a.rest
                 .ends_with("<|im_start|>user\none<|im_end|>\n<|im_start|>assistant\n")
@@ -173,6 +188,7 @@ mod tests {
             }],
             &[],
             &["<|im_start|>", "<|im_end|>"],
+            0,
         );
         assert_eq!(prompt.rest.matches("<|im_start|>").count(), 2);
         assert_eq!(prompt.rest.matches("<|im_end|>").count(), 2);
@@ -197,6 +213,7 @@ mod tests {
             ],
             &[],
             &[],
+            0,
         );
         assert!(prompt.rest.contains(
             "<tool_call>\n{\"name\":\"lookup_order\",\"arguments\":{\"order_id\":7}}\n</tool_call>"

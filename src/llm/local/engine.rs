@@ -83,7 +83,12 @@ impl Engine {
 
     fn generate(&mut self, request: &ChatRequest, events: &Events) -> Result<(), Halt> {
         let specials: Vec<&str> = self.specials.iter().map(String::as_str).collect();
-        let prompt = chat::render(&request.messages, &request.tools, &specials);
+        let prompt = chat::render(
+            &request.messages,
+            &request.tools,
+            &specials,
+            request.stable_system,
+        );
         let vocab = &self.loaded.vocab;
         let prefix = vocab.encode(&prompt.prefix)?;
         let rest = vocab.encode(&prompt.rest)?;
