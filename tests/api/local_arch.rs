@@ -21,7 +21,7 @@ const KV_HEADS: usize = 2;
 const FFN: usize = 128;
 const LAYERS: usize = 2;
 
-fn tiny_qwen2(path: &std::path::Path) {
+fn tiny_qwen2(path: &std::path::Path, context: u32) {
     let mut source = std::fs::File::open(test_model()).unwrap();
     let vocab = gguf_file::Content::read(&mut source).unwrap();
     let words = vocab.metadata["tokenizer.ggml.tokens"]
@@ -40,7 +40,7 @@ fn tiny_qwen2(path: &std::path::Path) {
         ("qwen2.attention.head_count", U32(HEADS as u32)),
         ("qwen2.attention.head_count_kv", U32(KV_HEADS as u32)),
         ("qwen2.embedding_length", U32(HIDDEN as u32)),
-        ("qwen2.context_length", U32(2048)),
+        ("qwen2.context_length", U32(context)),
         ("qwen2.block_count", U32(LAYERS as u32)),
         ("qwen2.attention.layer_norm_rms_epsilon", F32(1e-6)),
         ("qwen2.rope.freq_base", F32(10000.0)),
@@ -88,7 +88,7 @@ fn tiny_qwen2(path: &std::path::Path) {
 async fn a_qwen2_model_loads_streams_and_reuses_its_prompt_prefix() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny-qwen2.gguf");
-    tiny_qwen2(&path);
+    tiny_qwen2(&path, 2048);
     let (provider, info) = LocalProvider::start(path, None, 2).unwrap();
     assert_eq!(info.architecture, "qwen2");
     let tools = vec![Arc::new(ToolSpec {
@@ -121,4 +121,43 @@ async fn a_qwen2_model_loads_streams_and_reuses_its_prompt_prefix() {
     }
     assert_eq!(provider.stats.prefix_hits.load(Ordering::Relaxed), 1);
     assert_eq!(answers[0], answers[1]);
+}
+
+#[tokio::test]
+async fn a_conversation_longer_than_the_context_is_answered_from_its_latest_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny-qwen2.gguf");
+    tiny_qwen2(&path, 200);
+    let (provider, _) = LocalProvider::start(path, None, 2).unwrap();
+    let mut messages = vec![ChatMessage::System {
+        content: "Be brief.".into(),
+    }];
+    for i in 0..40 {
+        messages.push(ChatMessage::User {
+            content: format!("Question number {i}: where is my parcel?"),
+        });
+        messages.push(ChatMessage::Assistant {
+            content: format!("Answer number {i}: on its way."),
+            tool_calls: Vec::new(),
+        });
+    }
+    messages.push(ChatMessage::User {
+        content: "And now?".into(),
+    });
+    let request = ChatRequest {
+        messages,
+        max_tokens: 40,
+        ..Default::default()
+    };
+    let mut stream = provider.stream(request).await.unwrap();
+    let mut usage = None;
+    while let Some(event) = stream.next().await {
+        if let ModelEvent::Usage(u) = event.unwrap() {
+            usage = Some(u);
+        }
+    }
+    let usage = usage.unwrap();
+    assert!(usage.input_tokens <= 180, "{usage:?}");
+    assert!(usage.input_tokens + usage.output_tokens <= 200, "{usage:?}");
+    assert!(usage.output_tokens > 0);
 }

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use super::chat::{self, CALL_OPEN};
 use super::model::{Loaded, Weights};
 use super::prefix::PrefixCache;
-use crate::llm::{ChatRequest, ModelEvent, ProviderError, ToolCall, ToolSpec};
+use crate::llm::{ChatMessage, ChatRequest, ModelEvent, ProviderError, ToolCall, ToolSpec};
 use crate::wire::Usage;
 
 /// Prompt tokens read in one step: bounds the attention matrix of a long prompt.
@@ -23,6 +23,8 @@ const CHUNK: usize = 256;
 /// How far back repeated tokens are discouraged; tiny models loop without it.
 const REPEAT_WINDOW: usize = 64;
 const REPEAT_PENALTY: f32 = 1.1;
+/// The fewest answer tokens a prompt must leave room for.
+const MIN_ROOM: usize = 16;
 
 pub type Events = mpsc::Sender<Result<ModelEvent, ProviderError>>;
 
@@ -82,19 +84,10 @@ impl Engine {
     }
 
     fn generate(&mut self, request: &ChatRequest, events: &Events) -> Result<(), Halt> {
-        let specials: Vec<&str> = self.specials.iter().map(String::as_str).collect();
-        let prompt = chat::render(
-            &request.messages,
-            &request.tools,
-            &specials,
-            request.stable_system,
-        );
-        let vocab = &self.loaded.vocab;
-        let prefix = vocab.encode(&prompt.prefix)?;
-        let rest = vocab.encode(&prompt.rest)?;
+        let (prefix, rest) = self.fit(request)?;
         let input_tokens = prefix.len() + rest.len();
         let room = self.loaded.context.saturating_sub(input_tokens);
-        if room < 16 {
+        if room < MIN_ROOM {
             let _ = events.blocking_send(Err(ProviderError::Protocol(format!(
                 "the prompt ({input_tokens} tokens) does not fit the model's context"
             ))));
@@ -127,6 +120,29 @@ impl Engine {
             output_tokens: written as u64,
         };
         send(events, Ok(ModelEvent::Usage(usage)))
+    }
+
+    /// The prompt's prefix and rest as tokens. When they leave too little of the
+    /// model's context for an answer, the oldest messages after the system message
+    /// are left out, one at a time, down to the last one.
+    fn fit(&self, request: &ChatRequest) -> Result<(Vec<u32>, Vec<u32>), Halt> {
+        let specials: Vec<&str> = self.specials.iter().map(String::as_str).collect();
+        let vocab = &self.loaded.vocab;
+        let wanted = self
+            .loaded
+            .context
+            .saturating_sub(MIN_ROOM.max(request.max_tokens as usize / 2));
+        let mut messages = request.messages.clone();
+        loop {
+            let prompt = chat::render(&messages, &request.tools, &specials, request.stable_system);
+            let prefix = vocab.encode(&prompt.prefix)?;
+            let rest = vocab.encode(&prompt.rest)?;
+            let first = usize::from(matches!(messages.first(), Some(ChatMessage::System { .. })));
+            if prefix.len() + rest.len() <= wanted || messages.len() <= first + 1 {
+                return Ok((prefix, rest));
+            }
+            messages.remove(first);
+        }
     }
 
     /// A model that has read `prefix`, from the cache when it can be.
