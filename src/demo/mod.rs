@@ -51,8 +51,8 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
         &env,
     )?;
     if !remote {
-        config.llm.provider = "local".into();
         println!("{LOCAL_MODEL}");
+        use_local_model(&mut config.llm).await;
     }
     // The bundled documents may have changed with this version: bring the index up
     // to date (unchanged documents are skipped).
@@ -76,6 +76,28 @@ const LOCAL_MODEL: &str = "No OpenAI-compatible endpoint is configured, so the d
 embedded model, on this machine's CPU: the file in DESKBELL_LOCAL_MODEL, or the default model (downloaded once). \
 To use a remote model instead, set OPENAI_API_KEY, or DESKBELL_LLM_BASE_URL and DESKBELL_LLM_MODEL for any \
 OpenAI-compatible server (Ollama, llama.cpp's server, vLLM).";
+
+/// Switches the demo to the embedded model, fetching the default model first when
+/// no file is given. When it cannot be had (no network, say), the demo still
+/// starts: the page and the shop work, and asking says the model is unavailable.
+async fn use_local_model(llm: &mut crate::config::LlmConfig) {
+    if llm.local_model.is_none() {
+        let source = crate::llm::local::fetch::default_model();
+        let fetched =
+            crate::llm::local::fetch::fetch(&source, &llm.local_cache, llm.hub_endpoint.as_deref())
+                .await;
+        match fetched {
+            Ok(path) => llm.local_model = Some(path.display().to_string()),
+            Err(e) => {
+                println!(
+                    "\nThe default model could not be fetched, so the assistant cannot answer yet: {e:#}\n"
+                );
+                return;
+            }
+        }
+    }
+    llm.provider = "local".into();
+}
 
 /// A secret kept in the data folder, generated on first start, so restarts keep
 /// visitor tokens and pending cards valid.
