@@ -5,6 +5,7 @@
 //! that comes out is valid JSON naming a real tool with arguments its schema allows.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use anyhow::anyhow;
 use llguidance::api::TopLevelGrammar;
@@ -12,6 +13,7 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::Stats;
 use super::chat::{self, CALL_OPEN};
 use super::model::{Loaded, Weights};
 use super::prefix::PrefixCache;
@@ -32,7 +34,7 @@ pub struct Engine {
     loaded: Loaded,
     factory: ParserFactory,
     prefixes: PrefixCache,
-    specials: Vec<String>,
+    stats: Arc<Stats>,
 }
 
 /// Why generation stopped early.
@@ -55,20 +57,15 @@ impl From<candle_core::Error> for Halt {
 }
 
 impl Engine {
-    pub fn new(loaded: Loaded) -> anyhow::Result<Self> {
+    pub fn new(loaded: Loaded, stats: Arc<Stats>) -> anyhow::Result<Self> {
         let mut factory = ParserFactory::new_simple(&loaded.vocab.env)?;
         factory.set_stderr_log_level(0);
-        let specials = loaded.vocab.specials.keys().cloned().collect();
         Ok(Self {
             loaded,
             factory,
             prefixes: PrefixCache::new(4),
-            specials,
+            stats,
         })
-    }
-
-    pub fn prefix_hits(&self) -> u64 {
-        self.prefixes.hits()
     }
 
     /// Runs one request, sending its events; failures are sent too.
@@ -124,30 +121,41 @@ impl Engine {
 
     /// The prompt's prefix and rest as tokens. When they leave too little of the
     /// model's context for an answer, the oldest messages after the system message
-    /// are left out, one at a time, down to the last one.
+    /// are left out, one at a time, down to the last one; the prefix stays.
     fn fit(&self, request: &ChatRequest) -> Result<(Vec<u32>, Vec<u32>), Halt> {
-        let specials: Vec<&str> = self.specials.iter().map(String::as_str).collect();
         let vocab = &self.loaded.vocab;
+        let specials: Vec<&str> = vocab.specials.keys().map(String::as_str).collect();
         let wanted = self
             .loaded
             .context
             .saturating_sub(MIN_ROOM.max(request.max_tokens as usize / 2));
-        let mut messages = request.messages.clone();
-        loop {
-            let prompt = chat::render(&messages, &request.tools, &specials, request.stable_system);
-            let prefix = vocab.encode(&prompt.prefix)?;
-            let rest = vocab.encode(&prompt.rest)?;
-            let first = usize::from(matches!(messages.first(), Some(ChatMessage::System { .. })));
-            if prefix.len() + rest.len() <= wanted || messages.len() <= first + 1 {
-                return Ok((prefix, rest));
-            }
-            messages.remove(first);
+        let render = |messages: &[ChatMessage]| {
+            chat::render(messages, &request.tools, &specials, request.stable_system)
+        };
+        let prompt = render(&request.messages);
+        let prefix = vocab.encode(&prompt.prefix)?;
+        let mut rest = vocab.encode(&prompt.rest)?;
+        let first = usize::from(matches!(
+            request.messages.first(),
+            Some(ChatMessage::System { .. })
+        ));
+        let mut dropped = 0;
+        while prefix.len() + rest.len() > wanted && request.messages.len() > first + dropped + 1 {
+            dropped += 1;
+            let kept: Vec<ChatMessage> = request.messages[..first]
+                .iter()
+                .chain(&request.messages[first + dropped..])
+                .cloned()
+                .collect();
+            rest = vocab.encode(&render(&kept).rest)?;
         }
+        Ok((prefix, rest))
     }
 
     /// A model that has read `prefix`, from the cache when it can be.
     fn read_prefix(&mut self, prefix: &[u32]) -> Result<Weights, Halt> {
         if let Some(model) = self.prefixes.get(prefix) {
+            self.stats.prefix_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(model);
         }
         let mut model = self.loaded.weights.fresh();

@@ -92,9 +92,9 @@ impl LocalProvider {
             context: loaded.context,
             load_ms: started.elapsed().as_millis(),
         };
-        let mut engine = Engine::new(loaded)?;
-        let (jobs, waiting) = sync_channel::<Job>(queue);
         let stats = Arc::new(Stats::default());
+        let mut engine = Engine::new(loaded, stats.clone())?;
+        let (jobs, waiting) = sync_channel::<Job>(queue);
         let worker_stats = stats.clone();
         std::thread::Builder::new()
             .name("deskbell-model".into())
@@ -110,9 +110,6 @@ impl LocalProvider {
                         worker_stats.abandoned.fetch_add(1, Ordering::Relaxed);
                     }
                     worker_stats.turns.fetch_add(1, Ordering::Relaxed);
-                    worker_stats
-                        .prefix_hits
-                        .store(engine.prefix_hits(), Ordering::Relaxed);
                 }
             })?;
         tracing::info!(

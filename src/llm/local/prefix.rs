@@ -9,7 +9,6 @@ pub struct PrefixCache {
     /// Most recently used last.
     entries: Vec<(Vec<u32>, Weights)>,
     capacity: usize,
-    hits: u64,
 }
 
 impl PrefixCache {
@@ -17,7 +16,6 @@ impl PrefixCache {
         Self {
             entries: Vec::new(),
             capacity,
-            hits: 0,
         }
     }
 
@@ -27,7 +25,6 @@ impl PrefixCache {
         let entry = self.entries.remove(at);
         let model = entry.1.clone();
         self.entries.push(entry);
-        self.hits += 1;
         Some(model)
     }
 
@@ -36,9 +33,5 @@ impl PrefixCache {
             self.entries.remove(0);
         }
         self.entries.push((prefix, model));
-    }
-
-    pub fn hits(&self) -> u64 {
-        self.hits
     }
 }

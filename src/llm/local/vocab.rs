@@ -76,7 +76,7 @@ impl Vocab {
             &types,
             stops.first().copied().unwrap_or(0),
             &tokenizer,
-        )?;
+        );
         Ok(Self {
             tokenizer,
             env,
@@ -177,12 +177,7 @@ fn byte_level_chars() -> HashMap<char, u8> {
     map
 }
 
-fn trie_env(
-    tokens: &[String],
-    types: &[u32],
-    eos: u32,
-    tokenizer: &Tokenizer,
-) -> anyhow::Result<TokEnv> {
+fn trie_env(tokens: &[String], types: &[u32], eos: u32, tokenizer: &Tokenizer) -> TokEnv {
     let chars = byte_level_chars();
     let bytes: Vec<Vec<u8>> = tokens
         .iter()
@@ -204,10 +199,10 @@ fn trie_env(
         .collect();
     let info = TokRxInfo::new(tokens.len() as u32, eos);
     let trie = TokTrie::from(&info, &bytes);
-    Ok(Arc::new(TrieEnv {
+    Arc::new(TrieEnv {
         trie,
         tokenizer: tokenizer.clone(),
-    }))
+    })
 }
 
 struct TrieEnv {
