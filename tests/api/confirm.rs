@@ -826,18 +826,7 @@ async fn the_audit_export_writes_every_row_oldest_first() {
 #[tokio::test]
 async fn a_tool_call_names_the_verified_user_and_is_signed_only_when_the_tool_has_a_secret() {
     let t = TestApp::start().await;
-    let hash = hex::encode(deskbell::secret::hmac_sha256(
-        crate::support::IDENTITY_SECRET.as_bytes(),
-        b"user-7",
-    ));
-    let v = t
-        .post(
-            "/v1/visitors",
-            None,
-            ORIGIN,
-            json!({"site": "acme", "user_id": "user-7", "user_hash": hash}),
-        )
-        .await;
+    let v = t.verified_visitor("user-7").await;
     let token = v.json["token"].as_str().unwrap();
     t.llm.push(Script::tool_calls(&[(
         "lookup_order",

@@ -119,18 +119,7 @@ async fn a_site_that_requires_verified_identity_refuses_anonymous_visitors() {
     let anonymous = t.visitor().await;
     let r = t.question(&anonymous, None, "hi").await;
     assert_eq!((r.status, r.code()), (403, "identity_invalid"));
-    let hash = hex::encode(deskbell::secret::hmac_sha256(
-        crate::support::IDENTITY_SECRET.as_bytes(),
-        b"user-7",
-    ));
-    let v = t
-        .post(
-            "/v1/visitors",
-            None,
-            ORIGIN,
-            json!({"site": "acme", "user_id": "user-7", "user_hash": hash}),
-        )
-        .await;
+    let v = t.verified_visitor("user-7").await;
     let verified = v.json["token"].as_str().unwrap();
     assert_eq!(t.question(verified, None, "hi").await.status, 200);
 }

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use deskbell::config::{Config, KnowledgeSource};
 use deskbell::llm::{ChatMessage, ChatRequest, LocalProvider, ModelEvent, Provider};
+use deskbell::wire::Usage;
 use futures_util::StreamExt;
 use serde_json::json;
 
-use crate::support::TestApp;
+use crate::support::{ORIGIN, TestApp};
 
 /// The test model; `scripts/test` fetches it and names it in `DESKBELL_TEST_MODEL`.
 pub fn test_model() -> PathBuf {
@@ -80,7 +81,7 @@ async fn a_full_queue_answers_503_provider_unavailable() {
     let busy = t
         .http
         .post(format!("{}/v1/ask", t.base))
-        .header("origin", crate::support::ORIGIN)
+        .header("origin", ORIGIN)
         .bearer_auth(&token)
         .json(
             &json!({"message": "Write a very long story about a dragon who learns to bake bread."}),
@@ -139,22 +140,22 @@ async fn a_dropped_stream_frees_the_worker_for_the_next_turn() {
     )
     .await
     .expect("the worker was not freed");
-    assert!(next.1 > 0);
+    assert!(next.1.output_tokens > 0);
     assert_eq!(provider.stats.abandoned.load(Ordering::Relaxed), 1);
 }
 
-/// The answer's text and its output-token count.
-async fn collect(provider: &LocalProvider, request: ChatRequest) -> (String, u64) {
+/// The answer's text and its usage (zero if none was reported).
+pub async fn collect(provider: &LocalProvider, request: ChatRequest) -> (String, Usage) {
     let mut stream = provider.stream(request).await.unwrap();
-    let (mut text, mut output) = (String::new(), 0);
+    let (mut text, mut usage) = (String::new(), Usage::ZERO);
     while let Some(event) = stream.next().await {
         match event.unwrap() {
             ModelEvent::Text(t) => text.push_str(&t),
-            ModelEvent::Usage(u) => output = u.output_tokens,
+            ModelEvent::Usage(u) => usage = u,
             ModelEvent::ToolCalls(_) => {}
         }
     }
-    (text, output)
+    (text, usage)
 }
 
 #[test]
@@ -180,6 +181,15 @@ const STEER: &str = "Answer questions from the sources. For orders, answer with 
 /// The demo site's shape: its bundled documents, an auto lookup and a confirm
 /// cancellation (the test configuration's tools), and the steering instructions.
 async fn demo_like_site() -> (TestApp, tempfile::TempDir) {
+    demo_like_site_with(None, |_| {}).await
+}
+
+/// `demo_like_site` answering with a given local provider, its configuration
+/// changed further by `edit`.
+async fn demo_like_site_with(
+    provider: Option<Arc<LocalProvider>>,
+    edit: impl FnOnce(&mut Config),
+) -> (TestApp, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let docs = dir.path().join("docs");
     std::fs::create_dir_all(&docs).unwrap();
@@ -187,15 +197,46 @@ async fn demo_like_site() -> (TestApp, tempfile::TempDir) {
         std::fs::write(docs.join(name), text).unwrap();
     }
     let data = dir.path().join("data");
-    let t = TestApp::with(|c| {
+    let provider = provider.map(|p| p as Arc<dyn Provider>);
+    let t = TestApp::with_provider(provider, |c| {
         use_local_model(c);
         c.server.data_dir = data;
         let site = &mut c.sites[0];
         site.knowledge = vec![KnowledgeSource::Path(docs.display().to_string())];
         site.instructions = STEER.into();
+        edit(c);
     })
     .await;
     (t, dir)
+}
+
+#[tokio::test]
+async fn a_site_s_questions_share_its_cached_prefix_and_another_site_s_do_not() {
+    let (provider, _) = LocalProvider::start(test_model(), None, 4).unwrap();
+    let provider = Arc::new(provider);
+    // A second site with the same tools but its own instructions.
+    let (t, _dir) = demo_like_site_with(Some(provider.clone()), |c| {
+        let tools = c.sites[0].tools.clone();
+        c.sites[1].tools = tools;
+        c.sites[1].instructions = "You help the Other shop.".into();
+    })
+    .await;
+    let hits = || provider.stats.prefix_hits.load(Ordering::Relaxed);
+    let (acme, other) = (t.visitor().await, t.visitor_for("other").await);
+    let question = json!({"message": "How long does shipping take?"});
+    for (token, origin) in [(&acme, ORIGIN), (&other, "https://other.example")] {
+        let r = t
+            .post("/v1/ask", Some(token), origin, question.clone())
+            .await;
+        assert_eq!(r.status, 200, "{:?}", r.json);
+    }
+    assert_eq!(hits(), 0, "a site's instructions are part of its prefix");
+    // A new question brings new sources, which follow the prefix.
+    let r = t
+        .question(&acme, None, "What does the warranty cover?")
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    assert_eq!(hits(), 1, "the site's prefix was read once");
 }
 
 #[tokio::test]

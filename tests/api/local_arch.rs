@@ -9,11 +9,10 @@ use std::sync::atomic::Ordering;
 
 use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{Device, Tensor};
-use deskbell::llm::{ChatMessage, ChatRequest, LocalProvider, ModelEvent, Provider, ToolSpec};
-use futures_util::StreamExt;
+use deskbell::llm::{ChatMessage, ChatRequest, LocalProvider, ToolSpec};
 use serde_json::json;
 
-use crate::local::test_model;
+use crate::local::{collect, test_model};
 
 const HIDDEN: usize = 64;
 const HEADS: usize = 4;
@@ -106,17 +105,8 @@ async fn a_qwen2_model_loads_streams_and_reuses_its_prompt_prefix() {
             max_tokens: 12,
             stable_system: 0,
         };
-        let mut stream = provider.stream(request).await.unwrap();
-        let mut output = 0;
-        let mut text = String::new();
-        while let Some(event) = stream.next().await {
-            match event.unwrap() {
-                ModelEvent::Text(t) => text.push_str(&t),
-                ModelEvent::Usage(u) => output = u.output_tokens,
-                ModelEvent::ToolCalls(_) => {}
-            }
-        }
-        assert!(output > 0);
+        let (text, usage) = collect(&provider, request).await;
+        assert!(usage.output_tokens > 0);
         answers.push(text);
     }
     assert_eq!(provider.stats.prefix_hits.load(Ordering::Relaxed), 1);
@@ -149,14 +139,7 @@ async fn a_conversation_longer_than_the_context_is_answered_from_its_latest_mess
         max_tokens: 40,
         ..Default::default()
     };
-    let mut stream = provider.stream(request).await.unwrap();
-    let mut usage = None;
-    while let Some(event) = stream.next().await {
-        if let ModelEvent::Usage(u) = event.unwrap() {
-            usage = Some(u);
-        }
-    }
-    let usage = usage.unwrap();
+    let (_, usage) = collect(&provider, request).await;
     assert!(usage.input_tokens <= 180, "{usage:?}");
     assert!(usage.input_tokens + usage.output_tokens <= 200, "{usage:?}");
     assert!(usage.output_tokens > 0);

@@ -34,6 +34,7 @@ async fn start_on_postgres() -> TestApp {
         llm,
         hook,
         Arc::new(ManualClock::starting_now()),
+        None,
         crate::support::for_racing,
     )
     .await
@@ -85,11 +86,8 @@ async fn replicas_sharing_postgresql_run_a_confirmed_call_once() {
 #[tokio::test]
 async fn verified_visitors_and_the_append_only_audit_hold_on_postgresql() {
     let t = start_on_postgres().await;
-    let hash = hex::encode(deskbell::secret::hmac_sha256(
-        crate::support::IDENTITY_SECRET.as_bytes(),
-        b"u1",
-    ));
-    let body = json!({"site": "acme", "user_id": "u1", "user_hash": hash});
+    let body =
+        json!({"site": "acme", "user_id": "u1", "user_hash": crate::support::user_hash("u1")});
     let a = t.post("/v1/visitors", None, crate::support::ORIGIN, body.clone());
     let b = t.post("/v1/visitors", None, crate::support::ORIGIN, body);
     let (a, b) = tokio::join!(a, b);

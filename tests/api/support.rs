@@ -6,6 +6,7 @@ use std::sync::Arc;
 use deskbell::app::{self, App, Overrides};
 use deskbell::clock::ManualClock;
 use deskbell::config::{Config, Env};
+use deskbell::llm::Provider;
 use deskbell::testkit::{FakeLlm, Webhook};
 use serde_json::Value;
 
@@ -132,6 +133,15 @@ origins = ["https://other.example"]
     )
 }
 
+/// What a site's backend gives a signed-in user: the HMAC of the id under the
+/// site's identity secret, in hex.
+pub fn user_hash(user: &str) -> String {
+    hex::encode(deskbell::secret::hmac_sha256(
+        IDENTITY_SECRET.as_bytes(),
+        user.as_bytes(),
+    ))
+}
+
 pub fn env() -> Env {
     Env::empty()
         .with("BETTER_AUTH_SECRET", SECRET)
@@ -146,6 +156,15 @@ impl TestApp {
 
     /// Starts an app whose configuration `edit` may change first.
     pub async fn with(edit: impl FnOnce(&mut Config)) -> TestApp {
+        Self::with_provider(None, edit).await
+    }
+
+    /// Like `with`, answering with `provider` instead of the scripted model when
+    /// given (a test that must watch the provider keeps its own handle).
+    pub async fn with_provider(
+        provider: Option<Arc<dyn Provider>>,
+        edit: impl FnOnce(&mut Config),
+    ) -> TestApp {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("deskbell.db").display());
         let llm = FakeLlm::start().await.unwrap();
@@ -156,18 +175,21 @@ impl TestApp {
             llm,
             hook,
             Arc::new(ManualClock::starting_now()),
+            provider,
             edit,
         )
         .await
     }
 
-    /// Starts an app on a given database, model, endpoint and clock (a second replica).
+    /// Starts an app on a given database, model, endpoint and clock (a second
+    /// replica); `provider`, when given, answers instead of the scripted model.
     pub async fn on(
         database_url: String,
         dir: Option<tempfile::TempDir>,
         llm: FakeLlm,
         hook: Webhook,
         clock: Arc<ManualClock>,
+        provider: Option<Arc<dyn Provider>>,
         edit: impl FnOnce(&mut Config),
     ) -> TestApp {
         let mut config = Config::from_toml(&config_text(&llm, &hook), "test.toml", &env()).unwrap();
@@ -175,6 +197,7 @@ impl TestApp {
         edit(&mut config);
         let overrides = Overrides {
             clock: Some(clock.clone()),
+            provider,
             ..Default::default()
         };
         let app = app::build(config, overrides).await.unwrap();
@@ -219,6 +242,15 @@ impl TestApp {
             .await;
         assert_eq!(r.status, 200, "{:?}", r.json);
         r.json["token"].as_str().unwrap().to_string()
+    }
+
+    /// A verified visitor of the acme site; the reply carries its token and id.
+    pub async fn verified_visitor(&self, user: &str) -> Reply {
+        let body =
+            serde_json::json!({"site": "acme", "user_id": user, "user_hash": user_hash(user)});
+        let r = self.post("/v1/visitors", None, ORIGIN, body).await;
+        assert_eq!(r.status, 200, "{:?}", r.json);
+        r
     }
 
     pub async fn post(&self, path: &str, token: Option<&str>, origin: &str, body: Value) -> Reply {
@@ -399,6 +431,7 @@ impl TestApp {
             self.llm.clone(),
             self.hook.clone(),
             self.clock.clone(),
+            None,
             edit,
         )
         .await

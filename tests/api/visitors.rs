@@ -1,13 +1,6 @@
 use serde_json::json;
 
-use crate::support::{IDENTITY_SECRET, ORIGIN, TestApp};
-
-fn user_hash(user: &str) -> String {
-    hex::encode(deskbell::secret::hmac_sha256(
-        IDENTITY_SECRET.as_bytes(),
-        user.as_bytes(),
-    ))
-}
+use crate::support::{ORIGIN, TestApp, user_hash};
 
 #[tokio::test]
 async fn an_anonymous_visitor_gets_a_signed_token() {

@@ -146,14 +146,9 @@ pub async fn start_in(
 impl Server {
     /// Resident memory of the server process, in MiB.
     pub fn rss_mib(&self) -> f64 {
-        let Some(pid) = self.child.id() else {
-            return 0.0;
-        };
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
+        match self.child.id() {
+            Some(pid) => crate::stats::rss_mib(&pid.to_string()),
+            None => 0.0,
+        }
     }
 }

@@ -45,3 +45,13 @@ pub fn ms(d: Duration) -> String {
 pub fn report(name: &str, value: &str, goal: &str) {
     println!("| {name} | {value} | {goal} |");
 }
+
+/// The resident memory of a process (`"self"` or a pid), from /proc; 0 if unreadable.
+pub fn rss_mib(process: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{process}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
