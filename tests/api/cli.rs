@@ -189,25 +189,9 @@ fn secrets_never_appear_in_the_logs() {
             }
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;
         }
-        let v: serde_json::Value = http
-            .post(format!("{base}/v1/visitors"))
-            .header("origin", "https://acme.example")
-            .json(&serde_json::json!({"site": "acme"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let r = http
-            .post(format!("{base}/v1/ask"))
-            .header("origin", "https://acme.example")
-            .bearer_auth(v["token"].as_str().unwrap())
-            .json(&serde_json::json!({"message": "hello"}))
-            .send()
-            .await
-            .unwrap();
-        let body = r.text().await.unwrap();
+        let reply =
+            crate::support::ask_as_new_visitor(&base, "https://acme.example", "hello").await;
+        let body = format!("{:?} {:?}", reply.events, reply.json);
         assert!(!body.contains(master) && !body.contains("sk-key"), "{body}");
     });
     child.kill().unwrap();

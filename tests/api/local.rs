@@ -395,3 +395,95 @@ async fn a_pinned_model_is_downloaded_once_and_its_checksum_checked() {
         .unwrap_err();
     assert!(format!("{error:#}").contains("not the pinned"), "{error:#}");
 }
+
+/// `deskbell demo` in a fresh folder with the given environment; returns the
+/// child (killed on drop), its base URL and its standard output so far.
+struct Demo {
+    child: std::process::Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn demo(env: &[(&str, &str)]) -> (Demo, String) {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut command = crate::support::deskbell_command();
+    command
+        .arg("demo")
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("DESKBELL_BIND", format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let printed = tokio::task::spawn_blocking(move || {
+        let mut printed = String::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            printed.push_str(&line);
+            printed.push('\n');
+            if line.starts_with("Deskbell demo: open") {
+                break;
+            }
+        }
+        printed
+    });
+    let printed = tokio::time::timeout(Duration::from_secs(60), printed)
+        .await
+        .expect("the demo did not start")
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    (
+        Demo {
+            child,
+            base,
+            _dir: dir,
+        },
+        printed,
+    )
+}
+
+async fn demo_ask(demo: &Demo, message: &str) -> crate::support::Reply {
+    crate::support::ask_as_new_visitor(&demo.base, &demo.base, message).await
+}
+
+#[tokio::test]
+async fn the_demo_answers_with_the_local_model_named_in_the_environment() {
+    let model = test_model().display().to_string();
+    let (demo, printed) = demo(&[("DESKBELL_LOCAL_MODEL", &model)]).await;
+    assert!(printed.contains("embedded model"), "{printed}");
+    let reply = demo_ask(&demo, "What is the capital of France?").await;
+    assert_eq!(reply.status, 200, "{:?}", reply.json);
+    assert!(!reply.text().is_empty(), "{:?}", reply.names());
+    assert_eq!(reply.event("done")["status"], "answered");
+}
+
+#[tokio::test]
+async fn the_demo_still_starts_when_the_default_model_cannot_be_fetched() {
+    // A hub that refuses every connection stands for a machine without a network.
+    let (demo, printed) = demo(&[("HF_ENDPOINT", "http://127.0.0.1:9")]).await;
+    assert!(
+        printed.contains("could not be fetched") && printed.contains("DESKBELL_LOCAL_MODEL"),
+        "{printed}"
+    );
+    let page = reqwest::get(format!("{}/", demo.base)).await.unwrap();
+    assert_eq!(page.status(), 200);
+    let reply = demo_ask(&demo, "hello").await;
+    assert_eq!((reply.status, reply.code()), (503, "provider_unavailable"));
+}

@@ -386,6 +386,31 @@ pub fn parse_sse(text: &str) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// Against a server outside the test (a child process): a new visitor of the
+/// `acme` site asks `message` from `origin`.
+pub async fn ask_as_new_visitor(base: &str, origin: &str, message: &str) -> Reply {
+    let http = reqwest::Client::new();
+    let visitor: Value = http
+        .post(format!("{base}/v1/visitors"))
+        .header("origin", origin)
+        .json(&serde_json::json!({"site": "acme"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ask = http
+        .post(format!("{base}/v1/ask"))
+        .header("origin", origin)
+        .bearer_auth(visitor["token"].as_str().unwrap())
+        .json(&serde_json::json!({"message": message}))
+        .send()
+        .await
+        .unwrap();
+    read(ask).await
+}
+
 /// The `deskbell` binary with a clean environment (only `PATH`).
 pub fn deskbell_command() -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_deskbell"));
