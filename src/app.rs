@@ -106,14 +106,14 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
     )
     .await?;
     let clock = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
-    let cutoff = clock.now_ms() - 60 * 60 * 1000;
-    let interrupted = store.fail_interrupted_messages(cutoff).await?;
+    let interrupted = store.fail_interrupted_messages(clock.now_ms()).await?;
     if interrupted > 0 {
         tracing::warn!(
             count = interrupted,
-            "answers interrupted by an earlier stop were marked failed"
+            "answers interrupted by a stop of an earlier version were marked failed"
         );
     }
+    store.take_lease(clock.now_ms()).await?;
     let provider: Arc<dyn Provider> = match overrides.provider {
         Some(p) => p,
         None if config.llm.provider == "local" => Arc::new(local_provider(&config).await?),
@@ -137,7 +137,7 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
             }),
         );
     }
-    Ok(Arc::new(AppState {
+    let app = Arc::new(AppState {
         config,
         sites,
         store,
@@ -151,7 +151,13 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
             .counters
             .unwrap_or_else(|| Arc::new(LocalCounters::default())),
         trusted_proxies,
-    }))
+    });
+    // What a dead process left is finished now. On SQLite one process owns the
+    // file, so every other lease is a dead one; replicas sharing PostgreSQL claim
+    // a lease only once it has lapsed (`ask::lease_forever`).
+    let every_other = app.store.backend() == crate::store::Backend::Sqlite;
+    crate::ask::recover(&app, every_other).await?;
+    Ok(app)
 }
 
 pub fn router(app: App) -> Router {
@@ -210,6 +216,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let sweeper = tokio::spawn(crate::confirm::expiry::sweep_forever(app.clone()));
+    let lease = tokio::spawn(crate::ask::lease_forever(app.clone()));
     let header_timeout = Duration::from_secs_f64(app.config.server.header_read_timeout_s);
     crate::server::run(listener, router, header_timeout, shutdown).await?;
     sweeper.abort();
@@ -219,6 +226,13 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("some turns were still running after 30 seconds and were stopped");
+        // The lease is kept: what those turns left is recovered once it lapses.
+        lease.abort();
+        return Ok(());
+    }
+    lease.abort();
+    if let Err(e) = app.store.release_lease().await {
+        tracing::warn!(error = format!("{e:#}"), "the lease could not be given up");
     }
     Ok(())
 }

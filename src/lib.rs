@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod confirm;
 pub mod conversation;
+pub mod crashpoint;
 pub mod demo;
 pub mod error;
 pub mod guard;

@@ -64,6 +64,10 @@ impl AskRequest {
                 if message.trim().is_empty() {
                     return Err("message must not be empty".into());
                 }
+                // Text columns on PostgreSQL refuse NUL, and no visitor types one.
+                if message.contains('\0') {
+                    return Err("message must not contain NUL (\\u0000) characters".into());
+                }
                 Ok(Self::Question {
                     conversation: body.conversation,
                     message,

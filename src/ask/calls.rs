@@ -3,22 +3,21 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
-use super::turn::{Bubble, Turn, audit_outcome, step_event};
+use super::turn::{Bubble, Turn, audit_outcome, step_event, without_nul};
 use crate::config::Policy;
 use crate::confirm::sign;
 use crate::ids::new_id;
 use crate::llm::{ChatMessage, ToolCall};
 use crate::store::{AuditRow, CallRow, CallStatus};
+use crate::tools::arguments::Arguments;
 use crate::tools::{Tool, render};
 use crate::wire::StreamEvent;
 
 /// How one call of the response is to be handled.
 enum Plan {
     Refuse { reason: &'static str, tell: String },
-    Auto(Arc<Tool>, Value),
-    Card(Arc<Tool>, Value),
+    Auto(Arc<Tool>, Arguments),
+    Card(Arc<Tool>, Arguments),
 }
 
 impl Turn {
@@ -31,7 +30,7 @@ impl Turn {
         bubble: &Bubble,
         calls: Vec<ToolCall>,
     ) -> anyhow::Result<bool> {
-        let mut card: Option<(ToolCall, Arc<Tool>, Value)> = None;
+        let mut card: Option<(ToolCall, Arc<Tool>, Arguments)> = None;
         for call in calls {
             let result = match self.plan(&call, card.is_some()) {
                 Plan::Refuse { reason, tell } => {
@@ -73,17 +72,23 @@ impl Turn {
                 ),
             };
         };
-        let arguments = match parse_arguments(&call.arguments)
-            .and_then(|v| tool.check_arguments(&v).map(|_| v))
-        {
-            Ok(v) => v,
+        // The schema is checked on the value re-read from canonical form: the one
+        // value that is shown, signed, run and audited.
+        let arguments = match Arguments::from_model(&call.arguments) {
+            Ok(a) => a,
             Err(why) => {
                 return Plan::Refuse {
                     reason: "invalid_arguments",
-                    tell: format!("Error: the arguments do not fit the tool's input schema: {why}"),
+                    tell: format!("Error: the call was not run: {why}"),
                 };
             }
         };
+        if let Err(why) = tool.check_arguments(&arguments.value) {
+            return Plan::Refuse {
+                reason: "invalid_arguments",
+                tell: format!("Error: the arguments do not fit the tool's input schema: {why}"),
+            };
+        }
         match tool.policy {
             Policy::Auto => Plan::Auto(tool, arguments),
             Policy::Confirm if self.card_raised || card_planned => Plan::Refuse {
@@ -108,16 +113,16 @@ impl Turn {
     ) -> CallRow {
         CallRow {
             id: new_id("call"),
-            model_call_id: call.id.clone(),
+            model_call_id: without_nul(call.id.clone()),
             conversation: self.conversation.clone(),
             message: bubble.id.clone(),
             turn: self.turn.clone(),
             site: self.caller.site.config.id.clone(),
             visitor: self.caller.visitor.clone(),
-            tool: call.name.clone(),
+            tool: without_nul(call.name.clone()),
             label: tool
                 .map(|t| t.label.clone())
-                .unwrap_or_else(|| call.name.clone()),
+                .unwrap_or_else(|| without_nul(call.name.clone())),
             policy: tool.map(|t| t.policy.as_str()).unwrap_or("off").into(),
             kind: kind.into(),
             arguments,
@@ -160,24 +165,28 @@ impl Turn {
         &self,
         call: &ToolCall,
         tool: &Tool,
-        arguments: &Value,
+        arguments: &Arguments,
         bubble: &Bubble,
     ) -> anyhow::Result<String> {
-        let row = self.call_row(
+        let mut row = self.call_row(
             call,
             bubble,
             Some(tool),
-            canonical(arguments)?,
+            arguments.canonical.clone(),
             "auto",
             CallStatus::Running,
         );
+        // Running under this process's lease: a crash before the outcome is
+        // recorded leaves a call that recovery delivers again.
+        row.owner = Some(self.app.store.owner().to_string());
+        row.deliveries = 1;
         let requested = AuditRow::for_call(&row, "requested", None, row.created_at);
         self.app.store.insert_call(&row, &[requested]).await?;
-        let (outcome, status) = self.run_tool(&row.id, tool, arguments).await;
+        let (outcome, status) = self.run_tool(&row.id, tool, &arguments.value).await;
         let audit = audit_outcome(&row, &outcome, self.app.clock.now_ms());
         self.app
             .store
-            .finish_auto_call(&row.id, status, &audit)
+            .finish_auto_call(&row.id, status, &outcome.result, &audit)
             .await?;
         self.sink
             .send(step_event(&row.id, tool, status.as_str()))
@@ -193,28 +202,24 @@ impl Turn {
         bubble: &Bubble,
         call: &ToolCall,
         tool: &Tool,
-        arguments: &Value,
+        arguments: &Arguments,
     ) -> anyhow::Result<()> {
-        let lines = render::render(&tool.schema, arguments);
+        let lines = render::render(&tool.schema, &arguments.value);
         let now = self.app.clock.now_ms();
         let ttl = self.app.config.approval_ttl.as_millis() as i64;
         let mut row = self.call_row(
             call,
             bubble,
             Some(tool),
-            canonical(arguments)?,
+            arguments.canonical.clone(),
             "confirmation",
             CallStatus::Pending,
         );
-        row.lines = Some(serde_json::to_string(&lines)?);
+        row.lines = Some(crate::store::stored::encode_lines(&lines));
         row.config_digest = Some(tool.digest.clone());
         row.expires_at = Some(now + ttl);
         // The system prompt is rebuilt for the continuation, so it is not stored.
-        let transcript: Vec<&ChatMessage> = messages
-            .iter()
-            .filter(|m| !matches!(m, ChatMessage::System { .. }))
-            .collect();
-        row.context = Some(serde_json::to_string(&transcript)?);
+        row.context = Some(crate::store::stored::encode_transcript(messages));
         let signature = sign::sign(&self.app.keys.confirmations, &row);
         row.signature = Some(signature.clone());
         let requested = AuditRow::for_call(&row, "requested", None, now);
@@ -234,20 +239,11 @@ impl Turn {
     }
 }
 
-fn parse_arguments(raw: &str) -> Result<Value, String> {
-    let raw = if raw.trim().is_empty() { "{}" } else { raw };
-    serde_json::from_str(raw).map_err(|e| format!("the arguments are not valid JSON ({e})"))
-}
-
-fn canonical(value: &Value) -> anyhow::Result<String> {
-    Ok(serde_json_canonicalizer::to_string(value)?)
-}
-
-/// Arguments for the audit row of a refused call: canonical when they parse, else the
-/// raw text as a JSON string, so the row always holds valid JSON.
+/// Arguments for the audit row of a refused call: canonical when they are I-JSON,
+/// else the raw text as a JSON string, so the row always holds valid JSON.
 fn audit_arguments(raw: &str) -> String {
-    match parse_arguments(raw) {
-        Ok(v) => canonical(&v).unwrap_or_else(|_| "null".into()),
-        Err(_) => Value::String(raw.chars().take(4096).collect()).to_string(),
+    match Arguments::from_model(raw) {
+        Ok(a) => a.canonical,
+        Err(_) => serde_json::Value::String(raw.chars().take(4096).collect()).to_string(),
     }
 }

@@ -7,6 +7,7 @@
 
 mod calls;
 mod prompt;
+mod recover;
 mod sink;
 mod turn;
 
@@ -25,6 +26,7 @@ use crate::error::{ApiError, RawBody};
 use crate::wire::{AskBody, AskRequest};
 use crate::{confirm, guard, ids};
 
+pub use recover::{MAX_DELIVERIES, lease_forever, recover};
 pub use sink::Sink;
 pub use turn::Turn;
 
@@ -45,7 +47,8 @@ async fn ask(
     let body: AskBody =
         serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     let request = AskRequest::from_body(body).map_err(ApiError::InvalidRequest)?;
-    let (sink, events) = Sink::channel();
+    let stalled = std::time::Duration::from_secs_f64(app.config.server.stalled_reader_timeout_s);
+    let (sink, events) = Sink::channel(stalled);
     let (ready, started) = oneshot::channel();
     match request {
         AskRequest::Question {

@@ -1,7 +1,13 @@
 //! The stream of events to the visitor. Sending never fails the turn: once the
 //! client is gone, events are dropped and the turn still finishes and is saved.
+//! A client that stops reading is gone too: an event that cannot be handed over
+//! within the stalled-reader timeout (SPEC §5: 30 s) ends the stream, so a client
+//! with a tiny receive window cannot pin a turn, its stream slot and its budget.
 
 use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::response::sse::Event;
 use tokio::sync::mpsc;
@@ -13,17 +19,35 @@ pub type SseItem = Result<Event, Infallible>;
 #[derive(Clone)]
 pub struct Sink {
     tx: mpsc::Sender<SseItem>,
+    /// Set once the client counts as gone.
+    gone: Arc<AtomicBool>,
+    stalled_after: Duration,
 }
 
 impl Sink {
-    pub fn channel() -> (Sink, mpsc::Receiver<SseItem>) {
+    pub fn channel(stalled_after: Duration) -> (Sink, mpsc::Receiver<SseItem>) {
         // Bounded, so a slow reader slows its own turn instead of growing memory.
         let (tx, rx) = mpsc::channel(64);
-        (Sink { tx }, rx)
+        let sink = Sink {
+            tx,
+            gone: Arc::new(AtomicBool::new(false)),
+            stalled_after,
+        };
+        (sink, rx)
+    }
+
+    /// A sink nobody reads: a turn finished on the server alone (after a crash).
+    pub fn detached() -> Sink {
+        let (sink, _) = Sink::channel(Duration::ZERO);
+        sink
+    }
+
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Relaxed) || self.tx.is_closed()
     }
 
     pub async fn send(&self, event: StreamEvent) {
-        if self.tx.is_closed() {
+        if self.is_gone() {
             return;
         }
         let data = match serde_json::to_string(&event) {
@@ -33,9 +57,13 @@ impl Sink {
                 return;
             }
         };
-        let _ = self
-            .tx
-            .send(Ok(Event::default().event(event.name()).data(data)))
-            .await;
+        let item = Ok(Event::default().event(event.name()).data(data));
+        match tokio::time::timeout(self.stalled_after, self.tx.send(item)).await {
+            Ok(_) => {}
+            Err(_) => {
+                tracing::info!("the client stopped reading; the turn goes on without it");
+                self.gone.store(true, Ordering::Relaxed);
+            }
+        }
     }
 }

@@ -11,7 +11,11 @@ use crate::error::ApiError;
 use crate::guard::{Admission, Caller};
 use crate::ids::new_id;
 use crate::llm::{ChatMessage, ChatRequest, ModelEvent, ModelStream, ProviderError};
-use crate::store::{AuditRow, CallStatus, Decided, MessageRow, TurnEnd, TurnStart};
+use crate::store::stored::{self, decode_transcript};
+use crate::store::{
+    AuditRow, BudgetShare, CallStatus, Decided, MessageRow, Reservation, TurnEnd, TurnStart,
+};
+use crate::tools::arguments::Arguments;
 use crate::tools::http::Invocation;
 use crate::wire::{Citation, Decision, StreamEvent, TurnStatus, Usage};
 
@@ -55,16 +59,34 @@ pub struct Turn {
     sources: Vec<Citation>,
     /// The length of the question's sources at the end of the system message.
     knowledge_len: usize,
+    /// Tokens estimated for model rounds whose provider reported no usage.
+    unreported: u64,
+    /// For a turn finished after a crash: the dead turn's reservation to settle.
+    pub(super) recovered_share: Option<BudgetShare>,
+    /// Every model wait ends by this instant (`[llm] turn_timeout_s`).
+    deadline: tokio::time::Instant,
+    /// When the bubble's text was last saved while streaming.
+    checkpointed: tokio::time::Instant,
 }
 
 impl Turn {
     pub fn new(app: App, caller: Caller, admission: Admission, sink: Sink, ready: Ready) -> Self {
+        let mut turn = Self::headless(app, caller, sink);
+        turn.admission = Some(admission);
+        turn.ready = Some(ready);
+        turn
+    }
+
+    /// A turn with no request behind it (one finished after a crash).
+    pub(super) fn headless(app: App, caller: Caller, sink: Sink) -> Self {
+        let now = tokio::time::Instant::now();
+        let deadline = now + std::time::Duration::from_secs_f64(app.config.llm.turn_timeout_s);
         Self {
             app,
             caller,
-            admission: Some(admission),
+            admission: None,
             sink,
-            ready: Some(ready),
+            ready: None,
             conversation: String::new(),
             turn: new_id("t"),
             usage: Usage::ZERO,
@@ -72,6 +94,10 @@ impl Turn {
             withheld: None,
             sources: Vec::new(),
             knowledge_len: 0,
+            unreported: 0,
+            recovered_share: None,
+            deadline,
+            checkpointed: now,
         }
     }
 
@@ -98,10 +124,8 @@ impl Turn {
         }
     }
 
-    fn budget_spent(&self) -> ApiError {
-        ApiError::DailyBudgetExhausted(crate::guard::admission_seconds_to_midnight(
-            self.app.clock.now_ms(),
-        ))
+    fn budget_refused(&self, reservation: Reservation) -> ApiError {
+        crate::guard::budget_refusal(reservation, self.app.clock.now_ms())
     }
 
     /// Records the tokens spent against the budget and frees the stream slot.
@@ -139,8 +163,7 @@ impl Turn {
             id: new_id("m"),
             text: String::new(),
         };
-        let bubble_row =
-            self.message_row(bubble.id.clone(), "assistant", "", crate::store::STREAMING);
+        let bubble_row = self.bubble_row(&bubble.id);
         let start = TurnStart {
             conversation: self.conversation.clone(),
             is_new,
@@ -154,12 +177,14 @@ impl Turn {
         // The model is asked while the turn's first writes commit: neither waits
         // for the other, and the model's answer does not depend on them.
         let request = self.request(&messages, 0);
-        let (saved, first) =
-            tokio::join!(store.begin_turn(start), self.app.provider.stream(request));
-        if !saved? {
-            // Turns running at once spent the budget since the guard looked.
-            self.start(Err(self.budget_spent()));
-            return Ok(());
+        let (saved, first) = tokio::join!(store.begin_turn(start), self.model(request));
+        match saved? {
+            Reservation::Reserved => {}
+            refusal => {
+                // Turns running at once took the budget since the guard looked.
+                self.start(Err(self.budget_refused(refusal)));
+                return Ok(());
+            }
         }
         self.reserved();
         let first = match first {
@@ -173,6 +198,8 @@ impl Turn {
                         status: TurnStatus::Failed.as_str().into(),
                         citations: None,
                         usage: Usage::ZERO,
+                        unreported: 0,
+                        // `settle` gives the reservation back once the turn ends.
                         budget: None,
                     })
                     .await?;
@@ -189,6 +216,11 @@ impl Turn {
 
     async fn run_answer(&mut self, verified: Verified, decision: Decision) -> anyhow::Result<()> {
         let Verified { call, tool } = verified;
+        // Everything the run needs is read before the decision is committed: a stored
+        // transcript or arguments that no longer parse leave the card undecided
+        // rather than a call decided that can never run.
+        let context = decode_transcript(call.context.as_deref().unwrap_or("[]"))?;
+        let arguments = Arguments::from_canonical(call.arguments.clone())?;
         let now = self.app.clock.now_ms();
         let (to, reason) = match decision {
             Decision::Confirm => (CallStatus::Confirmed, None),
@@ -197,14 +229,14 @@ impl Turn {
         self.conversation = call.conversation.clone();
         self.turn = call.turn.clone();
         self.card_raised = true;
-        let mut bubble = Bubble {
+        let bubble = Bubble {
             id: new_id("m"),
             text: String::new(),
         };
-        let bubble_row =
-            self.message_row(bubble.id.clone(), "assistant", "", crate::store::STREAMING);
+        let bubble_row = self.bubble_row(&bubble.id);
         // The one atomic pending → decided transition (which also opens the
-        // continuation's bubble): of two racing answers, only one gets past this line.
+        // continuation's bubble and marks a confirmed call running): of two racing
+        // answers, only one gets past this line.
         let budget = self.admission.as_ref().map(|a| a.share().clone());
         match self
             .app
@@ -212,14 +244,26 @@ impl Turn {
             .decide(&call, to, reason, now, &bubble_row, budget.as_ref())
             .await?
         {
-            Decided::Won => self.reserved(),
+            Decided::Won => {
+                self.reserved();
+                crate::crashpoint::reached("after_decide");
+            }
             Decided::Lost => {
                 crate::confirm::refuse(&self.app, &call, "replayed").await?;
                 self.start(Err(ApiError::CallNotPending));
                 return Ok(());
             }
-            Decided::BudgetSpent => {
-                self.start(Err(self.budget_spent()));
+            Decided::Late => {
+                self.app
+                    .store
+                    .expire_due(now, Some(&call.conversation))
+                    .await?;
+                crate::confirm::refuse(&self.app, &call, "late").await?;
+                self.start(Err(ApiError::ConfirmationExpired));
+                return Ok(());
+            }
+            Decided::Budget(refusal) => {
+                self.start(Err(self.budget_refused(refusal)));
                 return Ok(());
             }
         }
@@ -231,47 +275,115 @@ impl Turn {
             })
             .await;
         self.announce(&bubble.id).await;
-        // The continuation runs no retrieval: its only sources are tool results.
-        let mut messages = vec![prompt::system(
-            &self.caller.site.config,
-            Part::Continuation,
-            "",
-        )];
-        let context: Vec<ChatMessage> =
-            serde_json::from_str(call.context.as_deref().unwrap_or("[]"))?;
-        messages.extend(context);
-        let first = match decision {
+        match decision {
             Decision::Confirm => {
-                let arguments: serde_json::Value = serde_json::from_str(&call.arguments)?;
-                Some(
-                    self.run_confirmed(&call, &tool, &arguments, &bubble.id, &mut messages)
-                        .await?,
-                )
+                self.continue_confirmed(&call, &tool, &arguments, context, bubble)
+                    .await
             }
             Decision::Cancel => {
                 self.withheld = Some(call.tool.clone());
+                let mut messages = self.continuation(context);
                 messages.push(ChatMessage::Tool {
                     tool_call_id: call.model_call_id.clone(),
                     content: "The visitor did not approve this call, so it did not run. Do not try this call or \
                               tool again in this turn; answer without it."
                         .to_string(),
                 });
-                None
+                let mut bubble = bubble;
+                let status = self.rounds(messages, &mut bubble, None).await;
+                self.close(bubble, status).await
             }
-        };
-        let status = self.rounds(messages, &mut bubble, first).await;
+        }
+    }
+
+    /// The model's messages for a continuation: the rebuilt system message (with no
+    /// retrieval: its only sources are tool results) and the stored transcript.
+    pub(super) fn continuation(&self, context: Vec<ChatMessage>) -> Vec<ChatMessage> {
+        let mut messages = vec![prompt::system(
+            &self.caller.site.config,
+            Part::Continuation,
+            "",
+        )];
+        messages.extend(context);
+        messages
+    }
+
+    /// Runs a confirmed call with exactly its stored arguments and continues the
+    /// turn into `bubble` with its result. Used for a visitor's answer and for a
+    /// call delivered again after a crash alike.
+    pub(super) async fn continue_confirmed(
+        &mut self,
+        call: &crate::store::CallRow,
+        tool: &crate::tools::Tool,
+        arguments: &Arguments,
+        context: Vec<ChatMessage>,
+        mut bubble: Bubble,
+    ) -> anyhow::Result<()> {
+        let mut messages = self.continuation(context);
+        let first = self
+            .run_confirmed(call, tool, &arguments.value, &mut messages)
+            .await?;
+        let status = self.rounds(messages, &mut bubble, Some(first)).await;
         self.close(bubble, status).await
     }
 
-    /// Runs a confirmed call with exactly its stored arguments, hands the result to
-    /// the model, and records the run while the model is asked: the first token
-    /// waits for whichever of the two takes longer, not for both in turn.
+    /// Sets a headless turn up to finish the turn of `call` after a crash.
+    pub(super) fn resume(
+        &mut self,
+        call: &crate::store::CallRow,
+        answer: Option<&crate::store::StreamingAnswer>,
+    ) {
+        self.conversation = call.conversation.clone();
+        self.turn = answer.map_or_else(|| call.turn.clone(), |a| a.turn.clone());
+        // A continuation after a card raises no second one.
+        self.card_raised = call.kind != "auto";
+    }
+
+    /// Finishes a turn whose process died while `call` ran: the transcript, what
+    /// the interrupted round's calls gave, then model rounds into the answer's
+    /// bubble, saved as for a visitor who disconnected.
+    pub(super) async fn continue_recovered(
+        &mut self,
+        context: Vec<ChatMessage>,
+        results: Vec<ChatMessage>,
+        call: &crate::store::CallRow,
+        outcome: &str,
+        mut bubble: Bubble,
+    ) -> anyhow::Result<()> {
+        let messages = match call.kind.as_str() {
+            "auto" => {
+                let mut m = vec![prompt::system(&self.caller.site.config, Part::Question, "")];
+                m.extend(context);
+                m.extend(results);
+                m
+            }
+            _ => {
+                self.sources.push(Citation {
+                    n: 1,
+                    title: call.label.clone(),
+                    url: None,
+                    snippet: snippet(outcome),
+                });
+                let mut m = self.continuation(context);
+                m.push(ChatMessage::Tool {
+                    tool_call_id: call.model_call_id.clone(),
+                    content: format!("[1] {outcome}"),
+                });
+                m
+            }
+        };
+        let status = self.rounds(messages, &mut bubble, None).await;
+        self.close(bubble, status).await
+    }
+
+    /// Runs a confirmed call, hands the result to the model, and records the run
+    /// while the model is asked: the first token waits for whichever of the two
+    /// takes longer, not for both in turn.
     async fn run_confirmed(
         &mut self,
         call: &crate::store::CallRow,
         tool: &crate::tools::Tool,
         arguments: &serde_json::Value,
-        message: &str,
         messages: &mut Vec<ChatMessage>,
     ) -> anyhow::Result<Result<ModelStream, ProviderError>> {
         let (outcome, status) = self.run_tool(&call.id, tool, arguments).await;
@@ -289,9 +401,9 @@ impl Turn {
         let record = self
             .app
             .store
-            .set_run(&call.id, message, status, Some(&audit));
+            .set_run(&call.id, status, &outcome.result, &audit);
         let request = self.request(messages, 0);
-        let (recorded, first) = tokio::join!(record, self.app.provider.stream(request));
+        let (recorded, first) = tokio::join!(record, self.model(request));
         recorded?;
         self.sink
             .send(step_event(&call.id, tool, status.as_str()))
@@ -335,23 +447,24 @@ impl Turn {
         bubble: &mut Bubble,
         mut first: Option<Result<ModelStream, ProviderError>>,
     ) -> TurnStatus {
-        let cap = self.admission.as_ref().map_or(u64::MAX, Admission::cap);
+        let cap = match (&self.admission, &self.recovered_share) {
+            (Some(admission), _) => admission.cap(),
+            (None, Some(share)) => share.reserved as u64,
+            (None, None) => u64::MAX,
+        };
         for round in 0..MAX_ROUNDS {
             if round > 0 && self.usage.input_tokens + self.usage.output_tokens >= cap {
                 tracing::info!(cap, "the turn reached its token cap");
                 return TurnStatus::Answered;
             }
+            let request = self.request(&messages, round);
+            let prompt_chars = request_chars(&request);
             let stream = match first.take() {
                 Some(stream) => stream,
-                None => {
-                    self.app
-                        .provider
-                        .stream(self.request(&messages, round))
-                        .await
-                }
+                None => self.model(request).await,
             };
             let outcome = match stream {
-                Ok(stream) => self.consume(stream, bubble).await,
+                Ok(stream) => self.consume(stream, bubble, prompt_chars).await,
                 Err(e) => Err(Stop::Provider(e)),
             };
             let (text, calls) = match outcome {
@@ -365,6 +478,29 @@ impl Turn {
                 content: text,
                 tool_calls: calls.clone(),
             });
+            // What a crash while auto calls run leaves behind: the text so far, and
+            // the transcript to resume from once the calls' outcomes are known. (A
+            // card's call stores its own transcript.)
+            let runs_auto = calls.iter().any(|c| {
+                self.caller
+                    .site
+                    .tools
+                    .get(&c.name)
+                    .is_some_and(|t| t.policy == crate::config::Policy::Auto)
+            });
+            if runs_auto
+                && let Err(e) = self
+                    .app
+                    .store
+                    .checkpoint(
+                        &bubble.id,
+                        &bubble.text,
+                        Some(&stored::encode_transcript(&messages)),
+                    )
+                    .await
+            {
+                return self.stopped(Stop::Internal(e)).await;
+            }
             match self.handle_calls(&mut messages, bubble, calls).await {
                 Ok(true) => return TurnStatus::AwaitingConfirmation,
                 Ok(false) => {}
@@ -374,26 +510,77 @@ impl Turn {
         TurnStatus::Answered
     }
 
+    /// Asks the model, waiting no later than the turn's deadline.
+    pub(super) async fn model(&self, request: ChatRequest) -> Result<ModelStream, ProviderError> {
+        tokio::time::timeout_at(self.deadline, self.app.provider.stream(request))
+            .await
+            .unwrap_or(Err(ProviderError::TurnTimeout))
+    }
+
     /// Streams one model response into the bubble; returns its text and tool calls.
+    /// A response the provider reports no usage for is charged an estimate.
     async fn consume(
         &mut self,
         mut stream: ModelStream,
         bubble: &mut Bubble,
+        prompt_chars: usize,
     ) -> Result<(String, Vec<crate::llm::ToolCall>), Stop> {
         let mut text = String::new();
         let mut calls = Vec::new();
-        while let Some(event) = stream.next().await {
-            match event.map_err(Stop::Provider)? {
-                ModelEvent::Text(delta) => {
+        let mut reported = false;
+        let result = loop {
+            let event = match tokio::time::timeout_at(self.deadline, stream.next()).await {
+                Ok(Some(event)) => event,
+                Ok(None) => break Ok(()),
+                Err(_) => break Err(Stop::Provider(ProviderError::TurnTimeout)),
+            };
+            match event {
+                Ok(ModelEvent::Text(delta)) => {
+                    // PostgreSQL's text columns refuse NUL; it carries no meaning.
+                    let delta = without_nul(delta);
                     text.push_str(&delta);
                     bubble.text.push_str(&delta);
                     self.sink.send(StreamEvent::Delta { text: delta }).await;
+                    self.checkpoint_text(bubble).await;
                 }
-                ModelEvent::ToolCalls(c) => calls = c,
-                ModelEvent::Usage(u) => self.usage.add(u),
+                Ok(ModelEvent::ToolCalls(c)) => calls = c,
+                Ok(ModelEvent::Usage(u)) => {
+                    reported = true;
+                    self.usage.add(u);
+                }
+                Err(e) => break Err(Stop::Provider(e)),
             }
+        };
+        if !reported {
+            let written: usize = text.len()
+                + calls
+                    .iter()
+                    .map(|c| c.arguments.len() + c.name.len())
+                    .sum::<usize>();
+            self.unreported += estimate_tokens(prompt_chars + written);
         }
-        Ok((text, calls))
+        result.map(|()| (text, calls))
+    }
+
+    /// Saves a long answer's text every few seconds while it streams, so a crash
+    /// loses at most those seconds of it.
+    async fn checkpoint_text(&mut self, bubble: &Bubble) {
+        let now = tokio::time::Instant::now();
+        if now.duration_since(self.checkpointed) < CHECKPOINT_EVERY {
+            return;
+        }
+        self.checkpointed = now;
+        if let Err(e) = self
+            .app
+            .store
+            .checkpoint(&bubble.id, &bubble.text, None)
+            .await
+        {
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "an answer's text could not be saved"
+            );
+        }
     }
 
     fn request(&self, messages: &[ChatMessage], round: usize) -> ChatRequest {
@@ -425,11 +612,13 @@ impl Turn {
         arguments: &serde_json::Value,
     ) -> (crate::tools::http::Outcome, CallStatus) {
         self.sink.send(step_event(call, tool, "running")).await;
-        let outcome = self
+        crate::crashpoint::reached("before_delivery");
+        let mut outcome = self
             .app
             .executor
             .run(tool, &self.invocation(call, arguments))
             .await;
+        outcome.result = without_nul(outcome.result);
         let status = if outcome.succeeded {
             CallStatus::Succeeded
         } else {
@@ -461,6 +650,18 @@ impl Turn {
         }
     }
 
+    /// An assistant bubble's row while it streams: owned by this process (so a
+    /// crash is recovered) and carrying its turn's reservation (so it is released).
+    pub(super) fn bubble_row(&self, id: &str) -> MessageRow {
+        let mut row = self.message_row(id.to_string(), "assistant", "", crate::store::STREAMING);
+        row.owner = Some(self.app.store.owner().to_string());
+        if let Some(share) = self.admission.as_ref().map(Admission::share) {
+            row.budget_day = Some(share.day.clone());
+            row.reserved = share.reserved;
+        }
+        row
+    }
+
     pub(super) fn message_row(
         &self,
         id: String,
@@ -477,6 +678,9 @@ impl Turn {
             status: status.into(),
             citations: None,
             created_at: self.app.clock.now_ms(),
+            owner: None,
+            budget_day: None,
+            reserved: 0,
         }
     }
 
@@ -493,6 +697,13 @@ impl Turn {
 
     async fn stopped(&self, stop: Stop) -> TurnStatus {
         let (code, message) = match stop {
+            Stop::Provider(ProviderError::TurnTimeout) => {
+                tracing::warn!("the turn ran out of time");
+                (
+                    "turn_timeout",
+                    "The answer took too long and was stopped. Please try again.",
+                )
+            }
             Stop::Provider(e) => {
                 tracing::warn!(error = %e, "the model stream failed");
                 (
@@ -521,11 +732,7 @@ impl Turn {
     /// share (one transaction), then ends the stream.
     async fn close(&mut self, bubble: Bubble, status: TurnStatus) -> anyhow::Result<()> {
         let cited = cited_sources(&bubble.text, &self.sources);
-        let citations = if cited.is_empty() {
-            None
-        } else {
-            Some(serde_json::to_string(&cited)?)
-        };
+        let citations = (!cited.is_empty()).then(|| stored::encode_citations(&cited));
         if !cited.is_empty() {
             self.sink
                 .send(StreamEvent::Citations { items: cited })
@@ -538,9 +745,11 @@ impl Turn {
             status: status.as_str().into(),
             citations,
             usage: self.usage,
+            unreported: self.unreported,
             budget: admission
                 .as_ref()
                 .and_then(Admission::reserved_share)
+                .or(self.recovered_share.as_ref())
                 .cloned(),
         };
         let saved = self.app.store.finish_turn(end).await;
@@ -602,6 +811,40 @@ pub(super) fn audit_outcome(
     row.http_status = outcome.http_status.map(i64::from);
     row.duration_ms = Some(outcome.duration_ms);
     row
+}
+
+/// How often a streaming answer's text is saved.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Text with its NUL characters dropped: PostgreSQL's text columns refuse them,
+/// and they carry nothing a visitor could read.
+pub(super) fn without_nul(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "")
+    } else {
+        text
+    }
+}
+
+/// A rough token count for text a provider reported no usage for (about four
+/// characters a token for English), so the budget is charged something.
+pub(super) fn estimate_tokens(chars: usize) -> u64 {
+    chars.div_ceil(4) as u64
+}
+
+fn request_chars(request: &ChatRequest) -> usize {
+    request
+        .messages
+        .iter()
+        .map(|m| match m {
+            ChatMessage::System { content } | ChatMessage::User { content } => content.len(),
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => content.len() + tool_calls.iter().map(|c| c.arguments.len()).sum::<usize>(),
+            ChatMessage::Tool { content, .. } => content.len(),
+        })
+        .sum()
 }
 
 fn snippet(text: &str) -> String {

@@ -74,6 +74,10 @@ pub struct ServerConfig {
     pub header_read_timeout_s: f64,
     /// `full` (default) or `normal`: see `store::Durability`.
     pub sqlite_synchronous: crate::store::Durability,
+    /// Seconds an answer's stream may wait for its client to read before the client
+    /// counts as gone (SPEC §5: 30; the turn goes on and is saved). An extension
+    /// of §12, so tests need not wait half a minute.
+    pub stalled_reader_timeout_s: f64,
 }
 
 impl Default for ServerConfig {
@@ -85,6 +89,7 @@ impl Default for ServerConfig {
             trusted_proxies: Vec::new(),
             header_read_timeout_s: 10.0,
             sqlite_synchronous: crate::store::Durability::Full,
+            stalled_reader_timeout_s: 30.0,
         }
     }
 }
@@ -117,6 +122,9 @@ pub struct LlmConfig {
     pub idle_timeout_s: f64,
     /// How often a transient failure is retried before the first token.
     pub max_retries: u32,
+    /// Seconds a whole turn may take, model rounds and tools included; past this it
+    /// ends as failed with an error event (SPEC §5, §12).
+    pub turn_timeout_s: f64,
     /// For `provider = "local"`: the GGUF model file (`DESKBELL_LOCAL_MODEL`); when
     /// unset, the default model is downloaded once into the model cache.
     pub local_model: Option<String>,
@@ -147,6 +155,7 @@ impl Default for LlmConfig {
             connect_timeout_s: 10.0,
             idle_timeout_s: 60.0,
             max_retries: 2,
+            turn_timeout_s: 120.0,
             local_model: None,
             local_tokenizer: None,
             local_queue: 4,

@@ -48,6 +48,17 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
             "must be a positive number of seconds",
         );
     }
+    for (key, value) in [
+        (
+            "server.stalled_reader_timeout_s",
+            config.server.stalled_reader_timeout_s,
+        ),
+        ("llm.turn_timeout_s", config.llm.turn_timeout_s),
+    ] {
+        if !positive(value) {
+            add(&mut out, key.into(), "must be a positive number of seconds");
+        }
+    }
     if !matches!(config.llm.provider.as_str(), "openai" | "local") {
         add(
             &mut out,

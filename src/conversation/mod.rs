@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use crate::app::App;
 use crate::clock::rfc3339;
 use crate::error::ApiError;
+use crate::store::stored::{StoredError, decode_citations, decode_lines};
 use crate::store::{CallRow, MessageRow};
 use crate::wire::{ArgLine, Citation, ConversationView, MessageView, StepView};
 use crate::{guard, ids};
@@ -64,7 +65,7 @@ fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -> Conversat
             let citations: Option<Vec<Citation>> = assistant.then(|| {
                 m.citations
                     .as_deref()
-                    .and_then(|c| serde_json::from_str(c).ok())
+                    .map(|c| stored(&m.id, decode_citations(c)))
                     .unwrap_or_default()
             });
             MessageView {
@@ -86,7 +87,7 @@ fn step(call: &CallRow) -> StepView {
     let lines: Option<Vec<ArgLine>> = confirmation.then(|| {
         call.lines
             .as_deref()
-            .and_then(|l| serde_json::from_str(l).ok())
+            .map(|l| stored(&call.id, decode_lines(l)))
             .unwrap_or_default()
     });
     StepView {
@@ -100,6 +101,15 @@ fn step(call: &CallRow) -> StepView {
         signature: call.signature.clone().filter(|_| call.status == "pending"),
         decided_at: confirmation.then(|| call.decided_at.map(rfc3339)),
     }
+}
+
+/// A stored list that does not parse is a fault of ours, logged loudly with the
+/// row it belongs to; the history still shows everything else.
+fn stored<T>(row: &str, decoded: Result<Vec<T>, StoredError>) -> Vec<T> {
+    decoded.unwrap_or_else(|e| {
+        tracing::error!(row, error = %e, "a stored row could not be read");
+        Vec::new()
+    })
 }
 
 /// The run of a confirmed call, shown on the continuation's message.

@@ -11,11 +11,23 @@ use super::streams::StreamSlot;
 use crate::app::App;
 use crate::clock::Millis;
 use crate::error::ApiError;
-use crate::store::BudgetShare;
+use crate::store::{BudgetShare, Reservation};
 use crate::wire::Usage;
 
 /// Seconds a client is asked to wait when the stream caps are full.
 const STREAMS_RETRY_AFTER_S: u64 = 5;
+/// Seconds a client is asked to wait when running turns hold the rest of the budget.
+const HELD_RETRY_AFTER_S: u64 = 3;
+
+/// The refusal for a budget that could not be reserved: `daily_budget_exhausted`
+/// (until midnight UTC) only when the day's spent tokens reached the budget; when
+/// running turns' reservations stand in the way, `too_many_streams` for a moment.
+pub fn budget_refusal(reservation: Reservation, now: Millis) -> ApiError {
+    match reservation {
+        Reservation::Held => ApiError::TooManyStreams(HELD_RETRY_AFTER_S),
+        _ => ApiError::DailyBudgetExhausted(seconds_to_midnight(now)),
+    }
+}
 
 /// Held by a running turn: its share of the daily budget, settled when the turn is
 /// saved, and its stream slot, freed when this value is dropped, whatever happens.
@@ -72,10 +84,9 @@ pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiErro
     };
     // A read here; the reservation is part of the turn's first transaction, so a
     // turn costs one commit fewer.
-    if !app.store.budget_open(&share).await? {
-        return Err(super::refused(ApiError::DailyBudgetExhausted(
-            seconds_to_midnight(now),
-        )));
+    match app.store.budget_open(&share).await? {
+        Reservation::Reserved => {}
+        refusal => return Err(super::refused(budget_refusal(refusal, now))),
     }
     let keys = [
         (

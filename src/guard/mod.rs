@@ -10,7 +10,7 @@ pub mod rate;
 pub mod streams;
 
 pub use admission::{
-    Admission, admit_turn, seconds_to_midnight as admission_seconds_to_midnight,
+    Admission, admit_turn, budget_refusal, seconds_to_midnight as admission_seconds_to_midnight,
     utc_day as admission_utc_day,
 };
 pub use peer::Peer;

@@ -88,6 +88,9 @@ pub enum ProviderError {
     /// The embedded model's queue of waiting turns is full.
     #[error("the local model is busy")]
     Busy,
+    /// The turn reached `[llm] turn_timeout_s` while waiting for the model.
+    #[error("the turn ran out of time")]
+    TurnTimeout,
 }
 
 impl ProviderError {
@@ -96,7 +99,7 @@ impl ProviderError {
         match self {
             ProviderError::Connect(_) | ProviderError::Timeout | ProviderError::Stream(_) => true,
             ProviderError::Status(s) => *s == 429 || *s >= 500,
-            ProviderError::Protocol(_) | ProviderError::Busy => false,
+            ProviderError::Protocol(_) | ProviderError::Busy | ProviderError::TurnTimeout => false,
         }
     }
 }

@@ -9,19 +9,18 @@ use super::Store;
 use super::turns::BudgetShare;
 
 impl Store {
-    /// Whether any of a site's budget is left for `day` (a read: the reservation
-    /// itself happens in the turn's first transaction, `reserve_in`).
-    pub async fn budget_open(&self, share: &BudgetShare) -> anyhow::Result<bool> {
-        let row = sqlx::query(
-            "SELECT spent + reserved AS used FROM budgets WHERE site = $1 AND day = $2",
-        )
-        .bind(&share.site)
-        .bind(&share.day)
-        .fetch_optional(self.pool())
-        .await?;
+    /// Whether a turn could reserve its share of a site's budget for `day` now (a
+    /// read: the reservation itself happens in the turn's first transaction,
+    /// `reserve_in`).
+    pub async fn budget_open(&self, share: &BudgetShare) -> anyhow::Result<Reservation> {
+        let row = sqlx::query("SELECT spent, reserved FROM budgets WHERE site = $1 AND day = $2")
+            .bind(&share.site)
+            .bind(&share.day)
+            .fetch_optional(self.pool())
+            .await?;
         Ok(match row {
-            Some(r) => r.try_get::<i64, _>("used")? < share.limit,
-            None => true,
+            Some(r) => judge(r.try_get("spent")?, r.try_get("reserved")?, share.limit),
+            None => Reservation::Reserved,
         })
     }
 
@@ -64,11 +63,34 @@ where
     Ok(())
 }
 
-/// Reserves a turn's share if any of the budget is left; false when it is spent.
+/// Whether a turn may reserve: the budget is spent only when the day's settled
+/// spend has reached it; when running turns' reservations are what stands in the
+/// way, they will be settled within a turn's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reservation {
+    Reserved,
+    /// Spent tokens have reached the budget: nothing more today.
+    Spent,
+    /// Only other turns' reservations stand in the way: try again in a moment.
+    Held,
+}
+
+fn judge(spent: i64, reserved: i64, limit: i64) -> Reservation {
+    if spent >= limit {
+        Reservation::Spent
+    } else if spent + reserved >= limit {
+        Reservation::Held
+    } else {
+        Reservation::Reserved
+    }
+}
+
+/// Reserves a turn's share if any of the budget is left after the other turns'
+/// reservations, so the budget is overshot by one turn's cap at the most.
 pub(super) async fn reserve_in(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     share: &BudgetShare,
-) -> Result<bool, sqlx::Error> {
+) -> Result<Reservation, sqlx::Error> {
     sqlx::query("INSERT INTO budgets (site, day, spent, reserved) VALUES ($1, $2, 0, 0) ON CONFLICT DO NOTHING")
         .bind(&share.site)
         .bind(&share.day)
@@ -81,5 +103,42 @@ pub(super) async fn reserve_in(
         .bind(share.limit)
         .execute(&mut **tx)
         .await?;
-    Ok(done.rows_affected() == 1)
+    if done.rows_affected() == 1 {
+        return Ok(Reservation::Reserved);
+    }
+    let row = sqlx::query("SELECT spent, reserved FROM budgets WHERE site = $1 AND day = $2")
+        .bind(&share.site)
+        .bind(&share.day)
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(
+        match judge(row.try_get("spent")?, row.try_get("reserved")?, share.limit) {
+            // The row changed between the two statements only on another connection's
+            // commit; either way this turn did not reserve.
+            Reservation::Reserved => Reservation::Held,
+            other => other,
+        },
+    )
+}
+
+/// Gives back a reservation whose turn's process died, counting `spent` (an
+/// estimate: the provider's report died with the process).
+pub(super) async fn release<'e, E>(
+    executor: E,
+    site: &str,
+    day: &str,
+    reserved: i64,
+    spent: i64,
+) -> Result<(), sqlx::Error>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    sqlx::query("UPDATE budgets SET reserved = reserved - $3, spent = spent + $4 WHERE site = $1 AND day = $2")
+        .bind(site)
+        .bind(day)
+        .bind(reserved)
+        .bind(spent)
+        .execute(executor)
+        .await?;
+    Ok(())
 }

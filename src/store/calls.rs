@@ -6,8 +6,8 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::Store;
 use super::audit::{self, AuditRow};
+use super::{Store, sql};
 use crate::clock::Millis;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,10 +41,13 @@ impl CallStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decided {
     Won,
-    /// Another answer (or an expiry) got there first.
+    /// Another answer got there first.
     Lost,
-    /// The site's daily budget was spent by turns running at the same time.
-    BudgetSpent,
+    /// The card's time ran out between the checks and the decision.
+    Late,
+    /// The site's daily budget could not be reserved (spent, or held by turns
+    /// running at the same time).
+    Budget(super::Reservation),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -77,12 +80,19 @@ pub struct CallRow {
     pub run_message: Option<String>,
     pub run_status: Option<String>,
     pub created_at: Millis,
+    /// The process running the call (auto, or confirmed), until its outcome is
+    /// recorded; then none.
+    pub owner: Option<String>,
+    /// How often the call was sent to its tool (more than once only after a crash).
+    pub deliveries: i64,
+    /// What the tool answered, as the model was told.
+    pub result: Option<String>,
 }
 
-const COLUMNS: &str = "id, model_call_id, conversation, message, turn, site, visitor, tool, label, policy, kind, arguments, lines, \
-     status, config_digest, expires_at, signature, decided_at, reason, context, run_message, run_status, created_at";
+pub(super) const COLUMNS: &str = "id, model_call_id, conversation, message, turn, site, visitor, tool, label, policy, kind, arguments, lines, \
+     status, config_digest, expires_at, signature, decided_at, reason, context, run_message, run_status, created_at, owner, deliveries, result";
 
-fn call(row: &AnyRow) -> Result<CallRow, sqlx::Error> {
+pub(super) fn call(row: &AnyRow) -> Result<CallRow, sqlx::Error> {
     Ok(CallRow {
         id: row.try_get("id")?,
         model_call_id: row.try_get("model_call_id")?,
@@ -107,11 +117,10 @@ fn call(row: &AnyRow) -> Result<CallRow, sqlx::Error> {
         run_message: row.try_get("run_message")?,
         run_status: row.try_get("run_status")?,
         created_at: row.try_get("created_at")?,
+        owner: row.try_get("owner")?,
+        deliveries: row.try_get("deliveries")?,
+        result: row.try_get("result")?,
     })
-}
-
-fn sql(text: String) -> sqlx::AssertSqlSafe<String> {
-    sqlx::AssertSqlSafe(text)
 }
 
 impl Store {
@@ -119,7 +128,7 @@ impl Store {
     pub async fn insert_call(&self, c: &CallRow, audit_rows: &[AuditRow]) -> anyhow::Result<()> {
         let mut tx = self.writer().begin().await?;
         sqlx::query(sql(format!(
-            "INSERT INTO calls ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)"
+            "INSERT INTO calls ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)"
         )))
         .bind(&c.id)
         .bind(&c.model_call_id)
@@ -144,6 +153,9 @@ impl Store {
         .bind(&c.run_message)
         .bind(&c.run_status)
         .bind(c.created_at)
+        .bind(&c.owner)
+        .bind(c.deliveries)
+        .bind(&c.result)
         .execute(&mut *tx)
         .await?;
         for row in audit_rows {
@@ -176,11 +188,13 @@ impl Store {
         &self,
         id: &str,
         status: CallStatus,
+        result: &str,
         audit_row: &AuditRow,
     ) -> anyhow::Result<()> {
         let mut tx = self.writer().begin().await?;
-        sqlx::query("UPDATE calls SET status = $1 WHERE id = $2")
+        sqlx::query("UPDATE calls SET status = $1, result = $2, owner = NULL WHERE id = $3")
             .bind(status.as_str())
+            .bind(result)
             .bind(id)
             .execute(&mut *tx)
             .await?;
@@ -189,31 +203,65 @@ impl Store {
         Ok(())
     }
 
-    /// Records how the run of a confirmed call went, on the continuation's message.
+    /// Records how the run of a confirmed call went (its step on the continuation's
+    /// message) with its audit row.
     pub async fn set_run(
         &self,
         id: &str,
-        run_message: &str,
         run_status: CallStatus,
-        audit_row: Option<&AuditRow>,
+        result: &str,
+        audit_row: &AuditRow,
     ) -> anyhow::Result<()> {
         let mut tx = self.writer().begin().await?;
-        sqlx::query("UPDATE calls SET run_message = $1, run_status = $2 WHERE id = $3")
-            .bind(run_message)
+        sqlx::query("UPDATE calls SET run_status = $1, result = $2, owner = NULL WHERE id = $3")
             .bind(run_status.as_str())
+            .bind(result)
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        if let Some(row) = audit_row {
-            audit::insert(&mut *tx, row).await?;
-        }
+        audit::insert(&mut *tx, audit_row).await?;
         tx.commit().await?;
         Ok(())
     }
 
+    /// A call whose deliveries were all interrupted by crashes: it is failed with
+    /// reason `interrupted` and never sent again.
+    pub async fn fail_interrupted_call(&self, c: &CallRow, now: Millis) -> anyhow::Result<()> {
+        let mut tx = self.writer().begin().await?;
+        let update = match c.kind.as_str() {
+            "auto" => "UPDATE calls SET status = 'failed', owner = NULL WHERE id = $1",
+            _ => "UPDATE calls SET run_status = 'failed', owner = NULL WHERE id = $1",
+        };
+        sqlx::query(update).bind(&c.id).execute(&mut *tx).await?;
+        audit::insert(
+            &mut *tx,
+            &AuditRow::for_call(c, "failed", Some("interrupted"), now),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The calls a turn's answer made, in order (to resume it after a crash).
+    pub async fn calls_of_message(&self, message: &str) -> anyhow::Result<Vec<CallRow>> {
+        let rows = sqlx::query(sql(format!(
+            "SELECT {COLUMNS} FROM calls WHERE message = $1 ORDER BY created_at, id"
+        )))
+        .bind(message)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.iter().map(call).collect::<Result<_, _>>()?)
+    }
+
     /// The one atomic pending → decided transition, which also opens the bubble of
-    /// the continuation. Returns false when another answer (or an expiry) got there
-    /// first; then nothing was changed or audited.
+    /// the continuation and, for a confirmation, marks the call running under this
+    /// process: if it dies before the outcome is recorded, recovery finds the call.
+    /// Returns `Lost` when another answer (or an expiry) got there first; then
+    /// nothing was changed or audited.
+    ///
+    /// Locks are taken in the one order every write of a turn uses — budget, then
+    /// call, then audit and messages — so a decision racing a new question in the
+    /// same conversation waits instead of deadlocking on PostgreSQL.
     pub async fn decide(
         &self,
         c: &CallRow,
@@ -224,25 +272,45 @@ impl Store {
         budget: Option<&super::BudgetShare>,
     ) -> anyhow::Result<Decided> {
         let mut tx = self.writer().begin().await?;
+        if let Some(share) = budget {
+            match super::budgets::reserve_in(&mut tx, share).await? {
+                super::Reservation::Reserved => {}
+                other => return Ok(Decided::Budget(other)),
+            }
+        }
+        let (run_message, run_status, owner, deliveries) = match to {
+            CallStatus::Confirmed => (
+                Some(bubble.id.as_str()),
+                Some("running"),
+                Some(self.owner()),
+                1,
+            ),
+            _ => (None, None, None, 0),
+        };
         let won = sqlx::query(
-            "UPDATE calls SET status = $1, decided_at = $2, reason = $3 WHERE id = $4 AND status = 'pending' AND expires_at > $2",
+            "UPDATE calls SET status = $1, decided_at = $2, reason = $3, run_message = $5, run_status = $6, owner = $7, deliveries = $8 \
+             WHERE id = $4 AND status = 'pending' AND expires_at > $2",
         )
         .bind(to.as_str())
         .bind(now)
         .bind(reason)
         .bind(&c.id)
+        .bind(run_message)
+        .bind(run_status)
+        .bind(owner)
+        .bind(deliveries)
         .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
         if !won {
-            return Ok(Decided::Lost);
-        }
-        if let Some(share) = budget
-            && !super::budgets::reserve_in(&mut tx, share).await?
-        {
-            // Dropping the transaction rolls the decision back: the card stays pending.
-            return Ok(Decided::BudgetSpent);
+            // Dropping the transaction gives the reservation back.
+            let expired = c.expires_at.is_none_or(|at| at <= now);
+            return Ok(if expired {
+                Decided::Late
+            } else {
+                Decided::Lost
+            });
         }
         audit::insert(&mut *tx, &AuditRow::for_call(c, to.as_str(), reason, now)).await?;
         close_card_message(&mut tx, &c.message).await?;
@@ -266,7 +334,7 @@ impl Store {
     }
 }
 
-type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
+use super::Tx;
 
 pub(super) async fn expire_in(
     tx: &mut Tx<'_>,
@@ -331,10 +399,7 @@ pub(super) async fn supersede_in(
 }
 
 /// Once its card is decided, the message that raised it is no longer waiting.
-async fn close_card_message(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    message: &str,
-) -> Result<(), sqlx::Error> {
+async fn close_card_message(tx: &mut Tx<'_>, message: &str) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE messages SET status = 'answered' WHERE id = $1 AND status = 'awaiting_confirmation'")
         .bind(message)
         .execute(&mut **tx)

@@ -20,6 +20,12 @@ pub struct MessageRow {
     pub status: String,
     pub citations: Option<String>,
     pub created_at: Millis,
+    /// For an answer: the process streaming it (see `leases.rs`).
+    pub owner: Option<String>,
+    /// For an answer: the budget day and the tokens its turn reserved, so that a
+    /// crash can give them back.
+    pub budget_day: Option<String>,
+    pub reserved: i64,
 }
 
 pub(super) async fn insert_message<'e, E>(executor: E, m: &MessageRow) -> Result<(), sqlx::Error>
@@ -27,8 +33,8 @@ where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     sqlx::query(
-        "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind(&m.id)
     .bind(&m.conversation)
@@ -38,6 +44,9 @@ where
     .bind(&m.status)
     .bind(&m.citations)
     .bind(m.created_at)
+    .bind(&m.owner)
+    .bind(&m.budget_day)
+    .bind(m.reserved)
     .execute(executor)
     .await?;
     Ok(())
@@ -53,6 +62,9 @@ fn message(row: &AnyRow) -> Result<MessageRow, sqlx::Error> {
         status: row.try_get("status")?,
         citations: row.try_get("citations")?,
         created_at: row.try_get("created_at")?,
+        owner: None,
+        budget_day: None,
+        reserved: 0,
     })
 }
 
@@ -108,13 +120,13 @@ impl Store {
         Ok(messages)
     }
 
-    /// Marks answers that were streaming when the server stopped as failed, so that
-    /// they show in history instead of vanishing.
-    /// Only messages started before `before` are touched, so that a replica starting
-    /// next to others sharing PostgreSQL leaves their live turns alone.
+    /// Marks answers left streaming by a version without leases (no owner) as
+    /// failed, so that they show in history instead of vanishing. Answers with an
+    /// owner are recovered through its lease (`leases.rs`).
+    /// Only messages started before `before` are touched.
     pub async fn fail_interrupted_messages(&self, before: Millis) -> anyhow::Result<u64> {
         let done = sqlx::query(
-            "UPDATE messages SET status = 'failed' WHERE status = $1 AND created_at < $2",
+            "UPDATE messages SET status = 'failed' WHERE status = $1 AND created_at < $2 AND owner IS NULL",
         )
         .bind(STREAMING)
         .bind(before)

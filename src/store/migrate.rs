@@ -22,6 +22,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!(
     (1, "init", "common/0001_init.sql"),
     (2, "audit append only", "sqlite/0002_audit_append_only.sql"),
     (3, "budgets", "common/0003_budgets.sql"),
+    (4, "leases", "common/0004_leases.sql"),
 );
 
 const POSTGRES: &[(i64, &str, &str)] = embedded!(
@@ -32,6 +33,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!(
         "postgres/0002_audit_append_only.sql"
     ),
     (3, "budgets", "common/0003_budgets.sql"),
+    (4, "leases", "common/0004_leases.sql"),
 );
 
 #[derive(Debug)]

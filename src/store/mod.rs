@@ -9,13 +9,17 @@ mod audit;
 mod budgets;
 mod calls;
 mod conversations;
+mod leases;
 mod migrate;
+pub mod stored;
 mod turns;
 mod visitors;
 
 pub use audit::AuditRow;
+pub use budgets::Reservation;
 pub use calls::{CallRow, CallStatus, Decided};
 pub use conversations::{MessageRow, STREAMING};
+pub use leases::{Claimed, LEASE_MS, RENEW_EVERY, StreamingAnswer};
 pub use turns::{BudgetShare, TurnEnd, TurnStart};
 
 use std::path::Path;
@@ -54,6 +58,16 @@ pub struct Store {
     backend: Backend,
     /// SQLite only: commits turns' starts and ends together (see `turns.rs`).
     group: Option<turns::GroupCommit>,
+    /// This process's lease: what it runs and streams is stored under this name.
+    owner: std::sync::Arc<str>,
+}
+
+/// A transaction on either backend.
+pub(crate) type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
+
+/// SQL assembled from constant parts (column lists), never from input.
+pub(crate) fn sql(text: String) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(text)
 }
 
 impl Store {
@@ -66,11 +80,27 @@ impl Store {
         } else {
             (Backend::Postgres, url.to_string())
         };
+        let synchronous = match durability {
+            Durability::Full => "PRAGMA synchronous = FULL",
+            Durability::Normal => "PRAGMA synchronous = NORMAL",
+        };
         let open = |max: u32| {
-            AnyPoolOptions::new()
+            let options = AnyPoolOptions::new()
                 .max_connections(max)
-                .acquire_timeout(Duration::from_secs(10))
-                .connect(&url)
+                .acquire_timeout(Duration::from_secs(10));
+            // `synchronous` belongs to a connection, not the file: it is set on every
+            // connection the pool opens, so a recycled connection never falls back
+            // to SQLite's default.
+            let options = match backend {
+                Backend::Sqlite => options.after_connect(move |conn, _| {
+                    Box::pin(async move {
+                        sqlx::Executor::execute(&mut *conn, synchronous).await?;
+                        Ok(())
+                    })
+                }),
+                Backend::Postgres => options,
+            };
+            options.connect(&url)
         };
         let context = || format!("cannot open the database ({})", redact_url(&url));
         let store = match backend {
@@ -81,17 +111,13 @@ impl Store {
                 sqlx::query("PRAGMA journal_mode = WAL")
                     .execute(&writer)
                     .await?;
-                let synchronous = match durability {
-                    Durability::Full => "PRAGMA synchronous = FULL",
-                    Durability::Normal => "PRAGMA synchronous = NORMAL",
-                };
-                sqlx::query(synchronous).execute(&writer).await?;
                 let pool = open(4).await.with_context(context)?;
                 Store {
                     group: Some(turns::GroupCommit::start(writer.clone())),
                     pool,
                     writer,
                     backend,
+                    owner: crate::ids::new_id("p").into(),
                 }
             }
             Backend::Postgres => {
@@ -101,6 +127,7 @@ impl Store {
                     pool,
                     backend,
                     group: None,
+                    owner: crate::ids::new_id("p").into(),
                 }
             }
         };
@@ -111,6 +138,15 @@ impl Store {
     pub async fn ping(&self) -> anyhow::Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    /// The name this process's lease, running calls and streaming answers carry.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
     }
 
     pub(crate) fn pool(&self) -> &AnyPool {
@@ -150,5 +186,34 @@ fn redact_url(url: &str) -> String {
             parsed.to_string()
         }
         _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `synchronous` is a per-connection setting: every connection of both pools
+    /// carries the configured one, not only the first.
+    #[tokio::test]
+    async fn every_sqlite_connection_has_the_configured_synchronous_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        let store = Store::connect(&url, Durability::Normal).await.unwrap();
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let mut conn = store.pool().acquire().await.unwrap();
+            let (mode,): (i64,) = sqlx::query_as("PRAGMA synchronous")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            assert_eq!(mode, 1, "NORMAL on every read connection");
+            held.push(conn);
+        }
+        let (mode,): (i64,) = sqlx::query_as("PRAGMA synchronous")
+            .fetch_one(store.writer())
+            .await
+            .unwrap();
+        assert_eq!(mode, 1, "NORMAL on the writer");
     }
 }

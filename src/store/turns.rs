@@ -9,14 +9,14 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::calls::{expire_in, supersede_in};
 use super::conversations::insert_message;
-use super::{MessageRow, Store};
+use super::{MessageRow, Reservation, Store};
 use crate::clock::Millis;
 use crate::wire::Usage;
 
 /// Writes committed together at the most.
 const BATCH: usize = 128;
 
-type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
+use super::Tx;
 
 pub struct TurnStart {
     pub conversation: String,
@@ -37,7 +37,11 @@ pub struct TurnEnd {
     pub status: String,
     pub citations: Option<String>,
     pub usage: Usage,
-    /// The reservation to settle to `usage`.
+    /// Tokens spent in model rounds whose provider reported no usage (a stream cut
+    /// before its usage chunk, a server that never sends one), estimated: the
+    /// budget is charged for them rather than nothing.
+    pub unreported: u64,
+    /// The reservation to settle to `usage` and `unreported`.
     pub budget: Option<BudgetShare>,
 }
 
@@ -53,7 +57,7 @@ pub struct BudgetShare {
 }
 
 enum Job {
-    Start(Box<TurnStart>, oneshot::Sender<Result<bool, String>>),
+    Start(Box<TurnStart>, oneshot::Sender<Result<Reservation, String>>),
     End(TurnEnd, oneshot::Sender<Result<(), String>>),
 }
 
@@ -72,9 +76,9 @@ impl GroupCommit {
 impl Store {
     /// Reserves the turn's share of the budget, creates the conversation or closes
     /// its stale and superseded cards, saves the visitor's message and opens the
-    /// answer's bubble — all or nothing. Returns false, changing nothing, when the
-    /// budget turned out to be spent.
-    pub async fn begin_turn(&self, start: TurnStart) -> anyhow::Result<bool> {
+    /// answer's bubble — all or nothing. Changes nothing when the budget could not
+    /// be reserved after all.
+    pub async fn begin_turn(&self, start: TurnStart) -> anyhow::Result<Reservation> {
         if let Some(group) = &self.group {
             let (reply, answer) = oneshot::channel();
             group
@@ -86,7 +90,7 @@ impl Store {
         }
         let mut tx = self.writer().begin().await?;
         let started = begin_in(&mut tx, &start).await?;
-        if started {
+        if started == Reservation::Reserved {
             tx.commit().await?;
         }
         Ok(started)
@@ -111,11 +115,12 @@ impl Store {
     }
 }
 
-async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<bool, sqlx::Error> {
-    if let Some(share) = &t.budget
-        && !super::budgets::reserve_in(tx, share).await?
-    {
-        return Ok(false);
+async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservation, sqlx::Error> {
+    if let Some(share) = &t.budget {
+        match super::budgets::reserve_in(tx, share).await? {
+            Reservation::Reserved => {}
+            other => return Ok(other),
+        }
     }
     if t.is_new {
         sqlx::query(
@@ -133,10 +138,16 @@ async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<bool, sqlx::Error> {
     }
     insert_message(&mut **tx, &t.visitor_message).await?;
     insert_message(&mut **tx, &t.bubble).await?;
-    Ok(true)
+    Ok(Reservation::Reserved)
 }
 
+/// The budget first, then the message: every write of a turn takes its locks in
+/// the order budget, call, audit, messages (see `Store::decide`).
 async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<(), sqlx::Error> {
+    if let Some(b) = &e.budget {
+        let spent = e.usage.input_tokens + e.usage.output_tokens + e.unreported;
+        super::budgets::settle(&mut **tx, b, spent as i64).await?;
+    }
     sqlx::query("UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 WHERE id = $6")
         .bind(&e.text)
         .bind(&e.status)
@@ -146,14 +157,6 @@ async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<(), sqlx::Error> {
         .bind(&e.message)
         .execute(&mut **tx)
         .await?;
-    if let Some(b) = &e.budget {
-        super::budgets::settle(
-            &mut **tx,
-            b,
-            (e.usage.input_tokens + e.usage.output_tokens) as i64,
-        )
-        .await?;
-    }
     Ok(())
 }
 
@@ -173,7 +176,10 @@ async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
 
 /// A job's outcome, told to its caller only after the commit.
 enum Done {
-    Start(oneshot::Sender<Result<bool, String>>, Result<bool, String>),
+    Start(
+        oneshot::Sender<Result<Reservation, String>>,
+        Result<Reservation, String>,
+    ),
     End(oneshot::Sender<Result<(), String>>, Result<(), String>),
 }
 
@@ -187,11 +193,11 @@ async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
             let mut savepoint = sqlx::Acquire::begin(&mut tx).await?;
             match job {
                 Job::Start(start, reply) => match begin_in(&mut savepoint, &start).await {
-                    Ok(true) => {
+                    Ok(Reservation::Reserved) => {
                         savepoint.commit().await?;
-                        done.push(Done::Start(reply, Ok(true)));
+                        done.push(Done::Start(reply, Ok(Reservation::Reserved)));
                     }
-                    Ok(false) => done.push(Done::Start(reply, Ok(false))),
+                    Ok(other) => done.push(Done::Start(reply, Ok(other))),
                     Err(e) => done.push(Done::Start(reply, Err(e.to_string()))),
                 },
                 Job::End(end, reply) => match end_in(&mut savepoint, &end).await {

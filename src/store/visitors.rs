@@ -55,4 +55,16 @@ impl Store {
         tx.commit().await?;
         Ok(row.try_get("visitor")?)
     }
+
+    /// The verified user id a visitor is bound to, if any.
+    pub async fn visitor_user(&self, visitor: &str) -> anyhow::Result<Option<String>> {
+        let row = sqlx::query("SELECT user_id FROM visitors WHERE id = $1")
+            .bind(visitor)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(match row {
+            Some(row) => row.try_get("user_id")?,
+            None => None,
+        })
+    }
 }

@@ -29,6 +29,10 @@ pub enum Piece {
         output: u64,
     },
     Pause(Duration),
+    /// Sends no usage chunk, as some servers do (and streams cut short).
+    NoUsage,
+    /// Text sent as one delta, however long.
+    Chunk(String),
     /// Breaks the connection off here.
     Cut,
 }
@@ -159,6 +163,7 @@ async fn play(script: Vec<Piece>, tx: mpsc::Sender<Result<Bytes, std::io::Error>
     let mut output_tokens = 0;
     let mut usage = None;
     let mut tool_index = 0;
+    let mut report_usage = true;
     for piece in script {
         match piece {
             Piece::Text(text) => {
@@ -187,6 +192,13 @@ async fn play(script: Vec<Piece>, tx: mpsc::Sender<Result<Bytes, std::io::Error>
             }
             Piece::Usage { input, output } => usage = Some((input, output)),
             Piece::Pause(d) => tokio::time::sleep(d).await,
+            Piece::NoUsage => report_usage = false,
+            Piece::Chunk(text) => {
+                output_tokens += 1;
+                if !send(chunk(json!({"content": text}), None)).await {
+                    return;
+                }
+            }
             Piece::Cut => {
                 // Give the server time to flush what was sent: an error aborts the
                 // connection and would discard buffered chunks.
@@ -199,8 +211,10 @@ async fn play(script: Vec<Piece>, tx: mpsc::Sender<Result<Bytes, std::io::Error>
     let finish = if tool_index > 0 { "tool_calls" } else { "stop" };
     send(chunk(json!({}), Some(finish))).await;
     let (input, output) = usage.unwrap_or((10, output_tokens));
-    send(json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake", "choices": [],
+    if report_usage {
+        send(json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake", "choices": [],
                 "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output}}))
-    .await;
+        .await;
+    }
     let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
 }

@@ -1,6 +1,7 @@
 //! Tools an operator gives a site: their policy, input schema, HTTP executor, and the
 //! digest of their configuration that a confirmation's signature covers.
 
+pub mod arguments;
 pub mod http;
 pub mod render;
 pub mod schema;

@@ -52,8 +52,8 @@ fn object_lines(
         match value {
             Value::Object(inner) if !inner.is_empty() => object_lines(Some(&name), sub, inner, out),
             _ => out.push(ArgLine {
-                name,
-                value: value_text(sub, value),
+                name: visible(&name),
+                value: visible(&value_text(sub, value)),
             }),
         }
     }
@@ -80,6 +80,40 @@ fn value_text(schema: &Value, value: &Value) -> String {
         Value::Object(map) if map.is_empty() => "—".into(),
         Value::Object(_) => serde_json_canonicalizer::to_string(value).unwrap_or_default(),
     }
+}
+
+/// The text with every character that could hide or reorder what the visitor reads
+/// written out as `⟨U+XXXX⟩`: controls (a newline could fake a second line), bidi
+/// overrides and isolates (the "Trojan Source" trick), zero-width and other format
+/// characters, line and paragraph separators, and the Hangul fillers that render as
+/// blank space. The escaped text is what is signed and shown; the backend receives
+/// the characters themselves, as the visitor was shown.
+pub fn visible(text: &str) -> String {
+    if !text.chars().any(hidden) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if hidden(c) {
+            out.push_str(&format!("⟨U+{:04X}⟩", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Controls (Cc), format characters (Cf), separators (Zl, Zp) and invisible fillers.
+pub fn hidden(c: char) -> bool {
+    matches!(c as u32,
+        0x0000..=0x001F | 0x007F..=0x009F // Cc
+        | 0x00AD | 0x0600..=0x0605 | 0x061C | 0x06DD | 0x070F | 0x0890..=0x0891 | 0x08E2
+        | 0x180E | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x2064 | 0x2066..=0x206F
+        | 0xFEFF | 0xFFF9..=0xFFFB | 0x110BD | 0x110CD | 0x13430..=0x1343F
+        | 0x1BCA0..=0x1BCA3 | 0x1D173..=0x1D17A | 0xE0001 | 0xE0020..=0xE007F // Cf
+        | 0x2028 | 0x2029 // Zl, Zp
+        | 0x034F | 0x115F | 0x1160 | 0x3164 | 0xFFA0 // invisible joiners and fillers
+    )
 }
 
 /// The title of the `oneOf`/`anyOf` branch whose `const` is this value.

@@ -432,6 +432,9 @@ async fn a_failing_write_in_a_group_commit_fails_alone() {
         status: "sent".into(),
         citations: None,
         created_at: 1,
+        owner: None,
+        budget_day: None,
+        reserved: 0,
     };
     let start = |conversation: &str| TurnStart {
         conversation: conversation.to_string(),
@@ -450,7 +453,13 @@ async fn a_failing_write_in_a_group_commit_fails_alone() {
     starts.push(start(&ids[0]));
     let results =
         futures_util::future::join_all(starts.into_iter().map(|s| t.app.store.begin_turn(s))).await;
-    assert_eq!(results.iter().filter(|r| matches!(r, Ok(true))).count(), 20);
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| matches!(r, Ok(deskbell::store::Reservation::Reserved)))
+            .count(),
+        20
+    );
     assert_eq!(results.iter().filter(|r| r.is_err()).count(), 1);
     // Each conversation holds its own two messages; the duplicate's were rolled back.
     for id in &ids {

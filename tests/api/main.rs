@@ -3,6 +3,8 @@
 mod ask;
 mod cli;
 mod confirm;
+mod crash;
+mod edges;
 mod guards;
 mod knowledge;
 mod local;

@@ -9,23 +9,8 @@ use serde_json::json;
 
 use crate::support::TestApp;
 
-async fn fresh_database() -> String {
-    let server = std::env::var("DESKBELL_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-    sqlx::any::install_default_drivers();
-    let admin = sqlx::AnyPool::connect(&format!("{server}/postgres"))
-        .await
-        .expect("PostgreSQL must be running for these tests");
-    let name = format!("deskbell_test_{}", uuid::Uuid::now_v7().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&admin)
-        .await
-        .unwrap();
-    format!("{server}/{name}")
-}
-
 async fn start_on_postgres() -> TestApp {
-    let url = fresh_database().await;
+    let url = crate::support::fresh_postgres_database().await;
     let llm = FakeLlm::start().await.unwrap();
     let hook = Webhook::start().await.unwrap();
     TestApp::on(
@@ -102,4 +87,30 @@ async fn verified_visitors_and_the_append_only_audit_hold_on_postgresql() {
     )]));
     t.question(token, None, "Cancel 1").await;
     t.assert_audit_is_append_only().await;
+}
+
+/// Every write of a turn takes its locks in one order (budget, call, audit,
+/// messages): an answer to a card racing a new question in the same conversation
+/// waits for the other instead of deadlocking (which PostgreSQL breaks with an
+/// error, a 500 for one of them).
+#[tokio::test]
+async fn answers_racing_new_questions_in_one_conversation_never_deadlock() {
+    let t = start_on_postgres().await;
+    let token = t.visitor().await;
+    for _ in 0..12 {
+        // Both continuations take the scripted model's default answer, so a
+        // lost race leaves no scripted reply behind for the next round.
+        let (conversation, card) = t.raise_card(&token).await;
+        let (answer, question) = tokio::join!(
+            t.answer(&token, &conversation, &card, "confirm"),
+            t.question(&token, Some(&conversation), "Something else")
+        );
+        assert!(
+            matches!(answer.status, 200 | 409),
+            "answer: {} {:?}",
+            answer.status,
+            answer.json
+        );
+        assert_eq!(question.status, 200, "question: {:?}", question.json);
+    }
 }

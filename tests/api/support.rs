@@ -26,6 +26,23 @@ pub struct TestApp {
     _dir: Option<tempfile::TempDir>,
 }
 
+/// The database the suite runs on: SQLite files by default, a fresh PostgreSQL
+/// database per test with `DESKBELL_TEST_BACKEND=postgres` (CI runs both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn under_test() -> Backend {
+        match std::env::var("DESKBELL_TEST_BACKEND").as_deref() {
+            Ok("postgres") => Backend::Postgres,
+            _ => Backend::Sqlite,
+        }
+    }
+}
+
 /// A finished response: JSON for errors, parsed events for streams.
 #[derive(Debug)]
 pub struct Reply {
@@ -166,7 +183,10 @@ impl TestApp {
         edit: impl FnOnce(&mut Config),
     ) -> TestApp {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("deskbell.db").display());
+        let url = match Backend::under_test() {
+            Backend::Sqlite => format!("sqlite://{}", dir.path().join("deskbell.db").display()),
+            Backend::Postgres => fresh_postgres_database().await,
+        };
         let llm = FakeLlm::start().await.unwrap();
         let hook = Webhook::start().await.unwrap();
         Self::on(
@@ -481,4 +501,22 @@ pub fn for_racing(c: &mut Config) {
     limits.requests_per_minute = 1000;
     limits.requests_per_minute_per_ip = 1000;
     limits.concurrent_streams_per_visitor = 100;
+}
+
+/// A fresh, empty database on the PostgreSQL server named by
+/// `DESKBELL_TEST_POSTGRES` (default: the local server, trust auth).
+pub async fn fresh_postgres_database() -> String {
+    let server = std::env::var("DESKBELL_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+    sqlx::any::install_default_drivers();
+    let admin = sqlx::AnyPool::connect(&format!("{server}/postgres"))
+        .await
+        .expect("PostgreSQL must be running for these tests");
+    let name = format!("deskbell_test_{}", uuid::Uuid::now_v7().simple());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    format!("{server}/{name}")
 }

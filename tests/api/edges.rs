@@ -1,0 +1,390 @@
+//! The confirmation promise at its edges (SPEC §5, §7): what the visitor confirms
+//! is exactly what runs and what the audit shows, for any arguments; budgets and
+//! slow clients cannot pin turns; bad bytes are refused or dropped, never a 500.
+
+use std::time::Duration;
+
+use deskbell::config::{Config, Policy};
+use deskbell::testkit::{HookReply, Piece, Reply as Script};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use crate::support::{TestApp, for_racing};
+
+/// Adds two tools with open schemas: `echo` (auto) and `approve` (confirm).
+fn open_tools(c: &mut Config) {
+    for_racing(c);
+    let template = c.sites[0].tools[0].clone();
+    for (name, policy) in [("echo", Policy::Auto), ("approve", Policy::Confirm)] {
+        let mut tool = template.clone();
+        tool.name = name.into();
+        tool.label = name.into();
+        tool.policy = policy;
+        tool.url = template.url.replace("/lookup", &format!("/{name}"));
+        tool.input_schema = json!({"type": "object"});
+        c.sites[0].tools.push(tool);
+    }
+}
+
+fn tool_call(name: &str, arguments: &str) -> Script {
+    Script::Stream(vec![Piece::ToolCall {
+        id: "call_fake_0".into(),
+        name: name.into(),
+        arguments: arguments.into(),
+    }])
+}
+
+/// The arguments of the audit row, parsed.
+async fn audited_arguments(t: &TestApp, call: &str) -> Value {
+    let rows = t.app.store.audit_for_call(call).await.unwrap();
+    serde_json::from_str(&rows[0].arguments).unwrap()
+}
+
+/// Strings with quotes, backslashes, controls, bidi and zero-width characters.
+fn tricky_string() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            Just('"'),
+            Just('\\'),
+            Just('\n'),
+            Just('\u{202E}'),
+            Just('\u{200B}'),
+            Just('é'),
+            Just('😀'),
+            any::<char>().prop_filter("no NUL", |c| *c != '\0'),
+            prop::char::range('a', 'z'),
+        ],
+        0..8,
+    )
+    .prop_map(|cs| cs.into_iter().collect())
+}
+
+fn leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        (-9_007_199_254_740_991i64..=9_007_199_254_740_991).prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        Just(json!(1e21)),
+        Just(json!(-0.0)),
+        Just(json!(0.1)),
+        tricky_string().prop_map(Value::String),
+    ]
+}
+
+fn arguments() -> impl Strategy<Value = Value> {
+    let value = leaf().prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z_]{1,8}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    });
+    prop::collection::btree_map(tricky_string(), value, 0..5)
+        .prop_map(|m| Value::Object(m.into_iter().collect()))
+}
+
+/// For generated arguments, over real HTTP: an auto call's backend body equals the
+/// audited canonical value; a confirmed call's card lines are the lines of that
+/// value and, once confirmed, the backend receives exactly that value.
+#[test]
+fn what_runs_is_what_was_shown_and_audited_for_any_arguments() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let t = runtime.block_on(TestApp::with(open_tools));
+    let token = runtime.block_on(t.visitor());
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(24));
+    runner
+        .run(&arguments(), |x| {
+            runtime.block_on(async {
+                let raw = x.to_string();
+                // Auto: what the backend got is what the audit row holds.
+                let before = t.hook.calls().len();
+                t.llm.push(tool_call("echo", &raw));
+                t.llm.push(Script::text("ok"));
+                let r = t.question(&token, None, "echo").await;
+                assert_eq!(r.event("done")["status"], "answered", "{:?}", r.events);
+                let sent = t.hook.calls()[before].body.clone();
+                let call = sent["call"].as_str().unwrap().to_string();
+                assert_eq!(sent["arguments"], audited_arguments(&t, &call).await);
+
+                // Confirm: the card shows the lines of the stored value, and that
+                // value is what runs.
+                t.llm.push(tool_call("approve", &raw));
+                let r = t.question(&token, None, "approve").await;
+                let card = r.event("confirm").clone();
+                let call = card["call"].as_str().unwrap().to_string();
+                let stored = audited_arguments(&t, &call).await;
+                let lines = deskbell::tools::render::render(&json!({"type": "object"}), &stored);
+                assert_eq!(card["arguments"], serde_json::to_value(&lines).unwrap());
+                t.llm.push(Script::text("done"));
+                let before = t.hook.calls().len();
+                let done = t.answer(&token, &r.conversation(), &card, "confirm").await;
+                assert_eq!(done.event("done")["status"], "answered");
+                assert_eq!(t.hook.calls()[before].body["arguments"], stored);
+            });
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_number_a_double_cannot_hold_is_refused_and_the_model_told_to_send_a_string() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    t.llm.push(tool_call(
+        "cancel_order",
+        r#"{"order_id": 9007199254740993}"#,
+    ));
+    t.llm.push(Script::text("Please give me the id again."));
+    let r = t
+        .question(&token, None, "Cancel order 9007199254740993")
+        .await;
+    assert!(r.all("confirm").is_empty(), "no card for a rounded number");
+    assert_eq!(r.event("done")["status"], "answered");
+    let rows = t.audit().await;
+    let events: Vec<_> = rows
+        .iter()
+        .map(|r| (r.event, r.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        events,
+        [("requested", None), ("refused", Some("invalid_arguments"))]
+    );
+    let told = t.llm.requests()[1]["messages"].to_string();
+    assert!(told.contains("as a string"), "{told}");
+    assert!(t.hook.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_bidi_override_is_shown_on_the_card_and_the_backend_gets_what_was_shown() {
+    let t = TestApp::with(open_tools).await;
+    let token = t.visitor().await;
+    t.llm.push(tool_call(
+        "approve",
+        r#"{"city": "Paris \u202e0001 sirap"}"#,
+    ));
+    let r = t.question(&token, None, "Ship to Paris").await;
+    let card = r.event("confirm").clone();
+    assert_eq!(card["arguments"][0]["value"], "Paris ⟨U+202E⟩0001 sirap");
+    let history = t.history(&token, &r.conversation()).await;
+    assert_eq!(
+        history.json["messages"][1]["steps"][0]["arguments"], card["arguments"],
+        "history shows the signed lines"
+    );
+    t.answer(&token, &r.conversation(), &card, "confirm").await;
+    assert_eq!(
+        t.hook.calls()[0].body["arguments"]["city"],
+        "Paris \u{202e}0001 sirap"
+    );
+}
+
+#[tokio::test]
+async fn only_other_turns_reservations_are_a_short_wait_not_an_exhausted_budget() {
+    let t = TestApp::with(|c| {
+        for_racing(c);
+        c.sites[0].limits.daily_token_budget = 200_000;
+        c.sites[0].limits.max_tokens_per_turn = 20_000;
+    })
+    .await;
+    let mut tokens = Vec::new();
+    for _ in 0..11 {
+        tokens.push(t.visitor().await);
+        t.llm.push(Script::Stream(vec![
+            Piece::Text("a".into()),
+            Piece::Pause(Duration::from_millis(500)),
+        ]));
+    }
+    let asks = tokens.iter().map(|token| t.question(token, None, "hi"));
+    let replies = futures_util::future::join_all(asks).await;
+    let refused: Vec<_> = replies.iter().filter(|r| r.status != 200).collect();
+    assert_eq!(refused.len(), 1, "ten turns fit the budget's reservations");
+    assert_eq!(refused[0].code(), "too_many_streams");
+    let retry: u64 = refused[0].headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry <= 5, "a few seconds, not until midnight: {retry}");
+    // Once those turns settle, what they spent is far below the budget.
+    t.llm.push(Script::text("fine"));
+    let again = t.question(&tokens[10], None, "hi again").await;
+    assert_eq!(again.status, 200, "{:?}", again.json);
+}
+
+#[tokio::test]
+async fn a_turn_whose_provider_reports_no_usage_is_charged_an_estimate() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    t.llm.push(Script::Stream(vec![
+        Piece::NoUsage,
+        Piece::Text("An answer with no usage chunk after it.".into()),
+    ]));
+    let r = t.question(&token, None, "hi").await;
+    assert_eq!(r.event("done")["status"], "answered");
+    let day = deskbell::guard::admission_utc_day(deskbell::clock::Clock::now_ms(&*t.clock));
+    let spent = t.app.store.budget_spent("acme", &day).await.unwrap();
+    assert!(spent > 10, "an estimate was charged, not zero: {spent}");
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_frees_its_turn_and_the_answer_is_saved() {
+    use tokio::io::AsyncWriteExt;
+    let t = TestApp::with(|c| {
+        c.server.stalled_reader_timeout_s = 1.0;
+        c.sites[0].limits.concurrent_streams_per_visitor = 1;
+    })
+    .await;
+    let token = t.visitor().await;
+    // Far more than the socket buffers hold: 24 MiB in 64 KiB deltas.
+    let block = "x".repeat(64 * 1024);
+    t.llm.push(Script::Stream(
+        (0..384).map(|_| Piece::Chunk(block.clone())).collect(),
+    ));
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let addr = t.base.trim_start_matches("http://").parse().unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    let body = json!({"message": "tell me everything"}).to_string();
+    let request = format!(
+        "POST /v1/ask HTTP/1.1\r\nHost: x\r\nOrigin: {}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        crate::support::ORIGIN,
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    for _ in 0..200 {
+        if !t.app.turns.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!t.app.turns.is_empty(), "the turn started");
+    // The client never reads. Within a few seconds the turn is over anyway.
+    for _ in 0..300 {
+        if t.app.turns.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(t.app.turns.is_empty(), "the turn was pinned by its reader");
+    t.llm.push(Script::text("next"));
+    let next = t.question(&token, None, "are you there?").await;
+    assert_eq!(
+        next.status, 200,
+        "the stream slot was given back: {:?}",
+        next.json
+    );
+    let conversations =
+        sqlx::query("SELECT text FROM messages WHERE role = 'assistant' AND status = 'answered'")
+            .fetch_all(&t.db().await)
+            .await
+            .unwrap();
+    assert_eq!(conversations.len(), 2, "the unread answer was saved too");
+    drop(stream);
+}
+
+#[tokio::test]
+async fn every_turn_ends_within_the_turn_timeout() {
+    let t = TestApp::with(|c| c.llm.turn_timeout_s = 1.0).await;
+    let token = t.visitor().await;
+    // A model that keeps dripping text, never idle for long enough to stall.
+    let mut drip = Vec::new();
+    for _ in 0..20 {
+        drip.push(Piece::Text("drip ".into()));
+        drip.push(Piece::Pause(Duration::from_millis(300)));
+    }
+    t.llm.push(Script::Stream(drip));
+    let started = std::time::Instant::now();
+    let r = t.question(&token, None, "hi").await;
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert_eq!(r.event("error")["code"], "turn_timeout");
+    assert_eq!(r.event("done")["status"], "failed");
+    let history = t.history(&token, &r.conversation()).await;
+    assert_eq!(history.json["messages"][1]["status"], "failed");
+    assert!(
+        history.json["messages"][1]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("drip")
+    );
+}
+
+#[tokio::test]
+async fn a_nul_in_a_question_is_an_invalid_request() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    let r = t.question(&token, None, "hello\u{0}world").await;
+    assert_eq!((r.status, r.code()), (400, "invalid_request"));
+}
+
+#[tokio::test]
+async fn nul_in_model_text_tool_names_and_tool_results_is_dropped_before_saving() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    t.llm.push(Script::Stream(vec![
+        Piece::Text("a\u{0}b ".into()),
+        Piece::ToolCall {
+            id: "call\u{0}1".into(),
+            name: "lookup_order".into(),
+            arguments: r#"{"order_id": 42}"#.into(),
+        },
+        Piece::ToolCall {
+            id: "call_2".into(),
+            name: "no\u{0}such_tool".into(),
+            arguments: r#"{"note": "x\u0000y"}"#.into(),
+        },
+    ]));
+    t.hook.push(HookReply::ok("shipped\u{0} today"));
+    t.llm.push(Script::text("done\u{0}."));
+    let r = t.question(&token, None, "Where is order 42?").await;
+    assert_eq!(r.event("done")["status"], "answered", "{:?}", r.events);
+    let history = t.history(&token, &r.conversation()).await;
+    assert_eq!(history.status, 200);
+    assert_eq!(history.json["messages"][1]["text"], "ab done.");
+    let told = t.llm.requests()[1]["messages"].to_string();
+    assert!(told.contains("shipped today"), "{told}");
+}
+
+#[tokio::test]
+async fn a_card_that_expires_between_the_checks_and_the_decision_is_late() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    let (_, card) = t.raise_card(&token).await;
+    let call = t
+        .app
+        .store
+        .call(card["call"].as_str().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let after = call.expires_at.unwrap() + 1;
+    let bubble = deskbell::store::MessageRow {
+        id: deskbell::ids::new_id("m"),
+        conversation: call.conversation.clone(),
+        turn: call.turn.clone(),
+        role: "assistant".into(),
+        text: String::new(),
+        status: "streaming".into(),
+        citations: None,
+        created_at: after,
+        owner: None,
+        budget_day: None,
+        reserved: 0,
+    };
+    let decided = t
+        .app
+        .store
+        .decide(
+            &call,
+            deskbell::store::CallStatus::Confirmed,
+            None,
+            after,
+            &bubble,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(decided, deskbell::store::Decided::Late);
+}
