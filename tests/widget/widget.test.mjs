@@ -133,6 +133,33 @@ test('a card shows the label and the argument lines, and confirming runs the cal
   await page.context().close();
 });
 
+test('a card shows hidden characters visibly, as signed, and the backend gets what it showed', async () => {
+  const page = await openWidget();
+  const reason = 'Paris \u202e0001 sirap\u200b';
+  await script(server, { tool_calls: [{ name: 'cancel_order', arguments: { order_id: 7, reason } }] });
+  await send(page, 'Cancel order 7');
+  const card = page.locator('deskbell-widget .card');
+  await card.waitFor();
+  const shown = await card.locator('dd').allInnerTexts();
+  // The signed lines, as the history gives them back.
+  const signed = await page.evaluate(async (api) => {
+    const { token, conversation } = JSON.parse(localStorage.getItem('deskbell:acme'));
+    const r = await fetch(`${api}/v1/conversations/${conversation}`, { headers: { authorization: `Bearer ${token}` } });
+    const h = await r.json();
+    return h.messages.at(-1).steps[0].arguments.map((l) => l.value);
+  }, server.api);
+  assert.deepEqual(shown, signed, 'the card shows exactly the signed lines');
+  assert.deepEqual(shown, ['7', 'Paris ⟨U+202E⟩0001 sirap⟨U+200B⟩']);
+  assert.ok(!(await card.innerText()).includes('\u202e'), 'no bidi override reaches the page');
+  const before = (await toolCalls(server)).length;
+  await script(server, { text: 'Done.' });
+  await card.getByRole('button', { name: /^Confirm/ }).click();
+  await assistant(page).last().getByText('Done.').waitFor();
+  const calls = (await toolCalls(server)).slice(before);
+  assert.deepEqual(calls[0].body.arguments, { order_id: 7, reason });
+  await page.context().close();
+});
+
 test('cancelling a card runs nothing and reads Cancelled', async () => {
   const page = await openWidget();
   await script(server, { tool_calls: [{ name: 'cancel_order', arguments: { order_id: 7 } }] });
