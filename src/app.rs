@@ -104,7 +104,8 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         &config.server.database_url(),
         config.server.sqlite_synchronous,
     )
-    .await?;
+    .await?
+    .with_lease(Duration::from_secs_f64(config.server.lease_s));
     let clock = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
     let interrupted = store.fail_interrupted_messages(clock.now_ms()).await?;
     if interrupted > 0 {
@@ -113,7 +114,7 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
             "answers interrupted by a stop of an earlier version were marked failed"
         );
     }
-    store.take_lease(clock.now_ms()).await?;
+    store.take_lease().await?;
     let provider: Arc<dyn Provider> = match overrides.provider {
         Some(p) => p,
         None if config.llm.provider == "local" => Arc::new(local_provider(&config).await?),
@@ -152,11 +153,13 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
             .unwrap_or_else(|| Arc::new(LocalCounters::default())),
         trusted_proxies,
     });
-    // What a dead process left is finished now. On SQLite one process owns the
-    // file, so every other lease is a dead one; replicas sharing PostgreSQL claim
-    // a lease only once it has lapsed (`ask::lease_forever`).
-    let every_other = app.store.backend() == crate::store::Backend::Sqlite;
-    crate::ask::recover(&app, every_other).await?;
+    // What a dead process left is finished now: on a SQLite file this process
+    // has alone, every other lease is a dead one; otherwise a lease is claimed
+    // once it has lapsed (`ask::lease_forever`). A failure here is logged, and
+    // the next renewal tries again: it must not stop the server from starting.
+    if let Err(e) = crate::ask::recover(&app, true).await {
+        tracing::error!(error = format!("{e:#}"), "recovery at start failed");
+    }
     Ok(app)
 }
 

@@ -2,9 +2,9 @@
 //! without an outcome, and no answer vanishes from history.
 //!
 //! A process that dies leaves calls marked running under its lease and answers
-//! marked streaming. Once its lease has lapsed (at the next start on SQLite, where
-//! one process owns the file; after `LEASE_MS` on a live replica sharing
-//! PostgreSQL) one process claims them. Each running call is delivered again with
+//! marked streaming. Once its lease has lapsed (at the next start on SQLite when
+//! that start finds itself alone on the file; after `[server] lease_s` on a live
+//! replica sharing PostgreSQL) one process claims them. Each running call is delivered again with
 //! the same `Idempotency-Key` — unless three deliveries were already interrupted,
 //! then it is failed with reason `interrupted` — its outcome is recorded with its
 //! audit row and step line, and the turn's answer is generated and saved as for a
@@ -30,13 +30,11 @@ use crate::tools::arguments::Arguments;
 pub const MAX_DELIVERIES: i64 = 3;
 
 /// Claims the work of dead processes and finishes it in tracked tasks (so shutdown
-/// waits for them). `every_other`: claim every other lease, not only lapsed ones
-/// (a start on SQLite).
-pub async fn recover(app: &App, every_other: bool) -> anyhow::Result<()> {
-    let claimed = app
-        .store
-        .claim_dead(app.clock.now_ms(), every_other)
-        .await?;
+/// waits for them). `at_start`: this process has just started (see
+/// `Store::claim_dead`). Each item is finished on its own: one that fails is
+/// logged and failed, and the rest go on.
+pub async fn recover(app: &App, at_start: bool) -> anyhow::Result<()> {
+    let claimed = app.store.claim_dead(at_start).await?;
     let mut answers: HashMap<String, StreamingAnswer> = claimed
         .answers
         .into_iter()
@@ -50,28 +48,55 @@ pub async fn recover(app: &App, every_other: bool) -> anyhow::Result<()> {
         let answer = bubble.and_then(|id| answers.remove(&id));
         let app = Arc::clone(app);
         app.clone().turns.spawn(async move {
+            let fallback = (call.clone(), answer.clone());
             if let Err(e) = finish_call(&app, call, answer).await {
                 tracing::error!(
                     error = format!("{e:#}"),
                     "a recovered call could not be finished"
                 );
+                give_up(&app, fallback.0, fallback.1).await;
             }
         });
     }
     for answer in answers.into_values() {
         let spent = estimate_tokens(answer.text.len()) as i64;
-        app.store.fail_answer(&answer, spent).await?;
-        tracing::warn!(message = %answer.id, "an answer interrupted by a stop was marked failed");
+        match app.store.fail_answer(&answer, spent).await {
+            Ok(()) => {
+                tracing::warn!(message = %answer.id, "an answer interrupted by a stop was marked failed")
+            }
+            Err(e) => {
+                tracing::error!(error = format!("{e:#}"), message = %answer.id, "an interrupted answer could not be marked failed")
+            }
+        }
     }
     Ok(())
 }
 
-/// Renews this process's lease and claims lapsed ones, every few seconds, forever.
+/// When finishing a recovered call failed (the database, say): the call is failed
+/// as interrupted and its answer as failed, so neither is left without an end.
+async fn give_up(app: &App, call: CallRow, answer: Option<StreamingAnswer>) {
+    if let Err(e) = app
+        .store
+        .fail_interrupted_call(&call, app.clock.now_ms())
+        .await
+    {
+        tracing::error!(error = format!("{e:#}"), call = %call.id, "a recovered call could not be failed either");
+    }
+    if let Err(e) = fail_answer(app, answer).await {
+        tracing::error!(
+            error = format!("{e:#}"),
+            "a recovered answer could not be failed either"
+        );
+    }
+}
+
+/// Renews this process's lease and claims lapsed ones, three times a lease, forever.
 pub async fn lease_forever(app: App) {
-    let mut tick = tokio::time::interval(crate::store::RENEW_EVERY);
+    let mut tick = tokio::time::interval(app.store.renew_every());
+    tick.tick().await;
     loop {
         tick.tick().await;
-        match app.store.renew_lease(app.clock.now_ms()).await {
+        match app.store.renew_lease().await {
             Ok(true) => {}
             Ok(false) => tracing::error!(
                 "this process's lease had lapsed and was taken anew; another process may have finished its calls"
@@ -180,8 +205,13 @@ fn plan(site: Option<&Site>, call: &CallRow) -> Plan {
     let Some(tool) = site.and_then(|s| s.tools.get(&call.tool)) else {
         return Plan::Interrupted;
     };
-    // A confirmed call runs only under the configuration the visitor saw.
-    if call.kind != "auto" && call.config_digest.as_ref() != Some(&tool.digest) {
+    // A confirmed call runs only under the configuration the visitor saw; an
+    // auto call only while its tool still runs automatically.
+    let unchanged = match call.kind.as_str() {
+        "auto" => tool.policy == crate::config::Policy::Auto,
+        _ => call.config_digest.as_ref() == Some(&tool.digest),
+    };
+    if !unchanged {
         return Plan::Interrupted;
     }
     match Arguments::from_canonical(call.arguments.clone()) {

@@ -22,6 +22,8 @@ pub struct Sink {
     /// Set once the client counts as gone.
     gone: Arc<AtomicBool>,
     stalled_after: Duration,
+    /// The turn's deadline: no send waits past it.
+    deadline: Option<tokio::time::Instant>,
 }
 
 impl Sink {
@@ -32,6 +34,7 @@ impl Sink {
             tx,
             gone: Arc::new(AtomicBool::new(false)),
             stalled_after,
+            deadline: None,
         };
         (sink, rx)
     }
@@ -40,6 +43,11 @@ impl Sink {
     pub fn detached() -> Sink {
         let (sink, _) = Sink::channel(Duration::ZERO);
         sink
+    }
+
+    /// No send of this sink waits past `deadline` (the turn's).
+    pub fn until(&mut self, deadline: tokio::time::Instant) {
+        self.deadline = Some(deadline);
     }
 
     pub fn is_gone(&self) -> bool {
@@ -58,7 +66,11 @@ impl Sink {
             }
         };
         let item = Ok(Event::default().event(event.name()).data(data));
-        match tokio::time::timeout(self.stalled_after, self.tx.send(item)).await {
+        let mut until = tokio::time::Instant::now() + self.stalled_after;
+        if let Some(deadline) = self.deadline {
+            until = until.min(deadline);
+        }
+        match tokio::time::timeout_at(until, self.tx.send(item)).await {
             Ok(_) => {}
             Err(_) => {
                 tracing::info!("the client stopped reading; the turn goes on without it");

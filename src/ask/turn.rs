@@ -63,6 +63,9 @@ pub struct Turn {
     unreported: u64,
     /// For a turn finished after a crash: the dead turn's reservation to settle.
     pub(super) recovered_share: Option<BudgetShare>,
+    /// The answer's bubble once its row is written and until its final write: a
+    /// turn that ends without that write marks it failed when it settles.
+    open_bubble: Option<String>,
     /// Every model wait ends by this instant (`[llm] turn_timeout_s`).
     deadline: tokio::time::Instant,
     /// When the bubble's text was last saved while streaming.
@@ -78,9 +81,10 @@ impl Turn {
     }
 
     /// A turn with no request behind it (one finished after a crash).
-    pub(super) fn headless(app: App, caller: Caller, sink: Sink) -> Self {
+    pub(super) fn headless(app: App, caller: Caller, mut sink: Sink) -> Self {
         let now = tokio::time::Instant::now();
         let deadline = now + std::time::Duration::from_secs_f64(app.config.llm.turn_timeout_s);
+        sink.until(deadline);
         Self {
             app,
             caller,
@@ -96,6 +100,7 @@ impl Turn {
             knowledge_len: 0,
             unreported: 0,
             recovered_share: None,
+            open_bubble: None,
             deadline,
             checkpointed: now,
         }
@@ -128,10 +133,25 @@ impl Turn {
         crate::guard::budget_refusal(reservation, self.app.clock.now_ms())
     }
 
-    /// Records the tokens spent against the budget and frees the stream slot.
+    /// Frees the stream slot and, if the answer's final write never happened (a
+    /// database fault, say), marks the answer failed and settles its reservation
+    /// to what was spent — both guarded, so a reservation is settled exactly once
+    /// whichever way the turn ended.
     async fn settle(&mut self) {
-        if let Some(admission) = self.admission.take() {
-            admission.settle(self.usage).await;
+        let admission = self.admission.take();
+        let Some(bubble) = self.open_bubble.take() else {
+            return;
+        };
+        let share = admission
+            .as_ref()
+            .and_then(Admission::reserved_share)
+            .or(self.recovered_share.as_ref());
+        let spent = (self.usage.input_tokens + self.usage.output_tokens + self.unreported) as i64;
+        if let Err(e) = self.app.store.fail_streaming(&bubble, share, spent).await {
+            tracing::error!(
+                error = format!("{e:#}"),
+                "an unfinished answer could not be marked failed"
+            );
         }
     }
 
@@ -187,6 +207,7 @@ impl Turn {
             }
         }
         self.reserved();
+        self.open_bubble = Some(bubble.id.clone());
         let first = match first {
             Ok(stream) => stream,
             Err(e) => {
@@ -199,10 +220,15 @@ impl Turn {
                         citations: None,
                         usage: Usage::ZERO,
                         unreported: 0,
-                        // `settle` gives the reservation back once the turn ends.
-                        budget: None,
+                        budget: self
+                            .admission
+                            .as_ref()
+                            .and_then(Admission::reserved_share)
+                            .cloned(),
+                        owner: store.owner().to_string(),
                     })
                     .await?;
+                self.open_bubble = None;
                 self.start(Err(ApiError::ProviderUnavailable));
                 return Ok(());
             }
@@ -246,6 +272,7 @@ impl Turn {
         {
             Decided::Won => {
                 self.reserved();
+                self.open_bubble = Some(bubble.id.clone());
                 crate::crashpoint::reached("after_decide");
             }
             Decided::Lost => {
@@ -372,6 +399,7 @@ impl Turn {
                 m
             }
         };
+        self.open_bubble = Some(bubble.id.clone());
         let status = self.rounds(messages, &mut bubble, None).await;
         self.close(bubble, status).await
     }
@@ -613,11 +641,24 @@ impl Turn {
     ) -> (crate::tools::http::Outcome, CallStatus) {
         self.sink.send(step_event(call, tool, "running")).await;
         crate::crashpoint::reached("before_delivery");
-        let mut outcome = self
-            .app
-            .executor
-            .run(tool, &self.invocation(call, arguments))
-            .await;
+        // A call is sent only while the turn has time left, and gets no more than
+        // that time: every turn ends within `turn_timeout_s`.
+        let timed_out = || crate::tools::http::Outcome {
+            succeeded: false,
+            http_status: None,
+            result: "The tool was not run to the end: the turn ran out of time.".into(),
+            failure: Some("timeout"),
+            duration_ms: 0,
+        };
+        let mut outcome = if tokio::time::Instant::now() >= self.deadline {
+            timed_out()
+        } else {
+            let invocation = self.invocation(call, arguments);
+            let run = self.app.executor.run(tool, &invocation);
+            tokio::time::timeout_at(self.deadline, run)
+                .await
+                .unwrap_or_else(|_| timed_out())
+        };
         outcome.result = without_nul(outcome.result);
         let status = if outcome.succeeded {
             CallStatus::Succeeded
@@ -751,6 +792,7 @@ impl Turn {
                 .and_then(Admission::reserved_share)
                 .or(self.recovered_share.as_ref())
                 .cloned(),
+            owner: self.app.store.owner().to_string(),
         };
         let saved = self.app.store.finish_turn(end).await;
         if saved.is_err() {
@@ -758,6 +800,7 @@ impl Turn {
             self.admission = admission;
         }
         saved?;
+        self.open_bubble = None;
         self.sink
             .send(StreamEvent::Done {
                 status,

@@ -78,6 +78,10 @@ pub struct ServerConfig {
     /// counts as gone (SPEC §5: 30; the turn goes on and is saved). An extension
     /// of §12, so tests need not wait half a minute.
     pub stalled_reader_timeout_s: f64,
+    /// Seconds a process's lease holds without renewal (renewed three times in
+    /// that span): how soon a dead process's running calls and answers are taken
+    /// over by another (SPEC §6.5, §16). An extension of §12.
+    pub lease_s: f64,
 }
 
 impl Default for ServerConfig {
@@ -90,6 +94,7 @@ impl Default for ServerConfig {
             header_read_timeout_s: 10.0,
             sqlite_synchronous: crate::store::Durability::Full,
             stalled_reader_timeout_s: 30.0,
+            lease_s: 15.0,
         }
     }
 }

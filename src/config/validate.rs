@@ -59,6 +59,13 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
             add(&mut out, key.into(), "must be a positive number of seconds");
         }
     }
+    if !(3.0..=3600.0).contains(&config.server.lease_s) {
+        add(
+            &mut out,
+            "server.lease_s".into(),
+            "must be between 3 and 3600 seconds",
+        );
+    }
     if !matches!(config.llm.provider.as_str(), "openai" | "local") {
         add(
             &mut out,

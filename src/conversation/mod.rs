@@ -84,12 +84,12 @@ fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -> Conversat
 
 fn step(call: &CallRow) -> StepView {
     let confirmation = call.kind == "confirmation";
-    let lines: Option<Vec<ArgLine>> = confirmation.then(|| {
-        call.lines
-            .as_deref()
-            .map(|l| stored(&call.id, decode_lines(l)))
-            .unwrap_or_default()
-    });
+    let decoded = call.lines.as_deref().map(decode_lines);
+    // A card whose lines cannot be shown cannot be answered: without its lines
+    // the visitor would confirm a call they never saw, so no signature is given.
+    let readable = matches!(decoded, Some(Ok(_)));
+    let lines: Option<Vec<ArgLine>> =
+        confirmation.then(|| decoded.map(|d| stored(&call.id, d)).unwrap_or_default());
     StepView {
         call: call.id.clone(),
         tool: call.tool.clone(),
@@ -98,7 +98,10 @@ fn step(call: &CallRow) -> StepView {
         status: call.status.clone(),
         arguments: lines,
         expires_at: call.expires_at.filter(|_| confirmation).map(rfc3339),
-        signature: call.signature.clone().filter(|_| call.status == "pending"),
+        signature: call
+            .signature
+            .clone()
+            .filter(|_| call.status == "pending" && readable),
         decided_at: confirmation.then(|| call.decided_at.map(rfc3339)),
     }
 }

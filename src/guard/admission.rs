@@ -2,8 +2,6 @@
 //! left (its share is reserved in the turn's first transaction) and a slot under
 //! the stream caps. Both are given back when the turn ends.
 
-use std::sync::Arc;
-
 use chrono::{DateTime, Utc};
 
 use super::Caller;
@@ -12,7 +10,6 @@ use crate::app::App;
 use crate::clock::Millis;
 use crate::error::ApiError;
 use crate::store::{BudgetShare, Reservation};
-use crate::wire::Usage;
 
 /// Seconds a client is asked to wait when the stream caps are full.
 const STREAMS_RETRY_AFTER_S: u64 = 5;
@@ -32,7 +29,6 @@ pub fn budget_refusal(reservation: Reservation, now: Millis) -> ApiError {
 /// Held by a running turn: its share of the daily budget, settled when the turn is
 /// saved, and its stream slot, freed when this value is dropped, whatever happens.
 pub struct Admission {
-    app: App,
     share: BudgetShare,
     /// Set once the turn's first transaction has reserved the share.
     reserved: bool,
@@ -56,17 +52,6 @@ impl Admission {
 
     pub fn mark_reserved(&mut self) {
         self.reserved = true;
-    }
-
-    /// Settles the reservation on its own, for a turn that ended without being saved.
-    pub async fn settle(self, usage: Usage) {
-        if !self.reserved {
-            return;
-        }
-        let spent = (usage.input_tokens + usage.output_tokens) as i64;
-        if let Err(e) = self.app.store.settle_budget(&self.share, spent).await {
-            tracing::error!(error = format!("{e:#}"), site = %self.share.site, "a turn's token use could not be recorded");
-        }
     }
 }
 
@@ -101,7 +86,6 @@ pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiErro
         )));
     };
     Ok(Admission {
-        app: Arc::clone(app),
         share,
         reserved: false,
         _slot: slot,

@@ -24,12 +24,6 @@ impl Store {
         })
     }
 
-    /// Turns a reservation into what was spent (0 gives it back unspent).
-    pub async fn settle_budget(&self, share: &BudgetShare, spent: i64) -> anyhow::Result<()> {
-        settle(self.writer(), share, spent).await?;
-        Ok(())
-    }
-
     /// Tokens spent by a site on a day (settled turns only).
     pub async fn budget_spent(&self, site: &str, day: &str) -> anyhow::Result<i64> {
         let row = sqlx::query("SELECT spent FROM budgets WHERE site = $1 AND day = $2")
@@ -42,25 +36,6 @@ impl Store {
             None => 0,
         })
     }
-}
-
-/// Turns a reservation into what was really spent.
-pub(super) async fn settle<'e, E>(
-    executor: E,
-    share: &BudgetShare,
-    spent: i64,
-) -> Result<(), sqlx::Error>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Any>,
-{
-    sqlx::query("UPDATE budgets SET reserved = reserved - $3, spent = spent + $4 WHERE site = $1 AND day = $2")
-        .bind(&share.site)
-        .bind(&share.day)
-        .bind(share.reserved)
-        .bind(spent)
-        .execute(executor)
-        .await?;
-    Ok(())
 }
 
 /// Whether a turn may reserve: the budget is spent only when the day's settled
@@ -119,26 +94,4 @@ pub(super) async fn reserve_in(
             other => other,
         },
     )
-}
-
-/// Gives back a reservation whose turn's process died, counting `spent` (an
-/// estimate: the provider's report died with the process).
-pub(super) async fn release<'e, E>(
-    executor: E,
-    site: &str,
-    day: &str,
-    reserved: i64,
-    spent: i64,
-) -> Result<(), sqlx::Error>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Any>,
-{
-    sqlx::query("UPDATE budgets SET reserved = reserved - $3, spent = spent + $4 WHERE site = $1 AND day = $2")
-        .bind(site)
-        .bind(day)
-        .bind(reserved)
-        .bind(spent)
-        .execute(executor)
-        .await?;
-    Ok(())
 }

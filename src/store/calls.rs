@@ -192,12 +192,21 @@ impl Store {
         audit_row: &AuditRow,
     ) -> anyhow::Result<()> {
         let mut tx = self.writer().begin().await?;
-        sqlx::query("UPDATE calls SET status = $1, result = $2, owner = NULL WHERE id = $3")
-            .bind(status.as_str())
-            .bind(result)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        let mine = sqlx::query(
+            "UPDATE calls SET status = $1, result = $2, owner = NULL WHERE id = $3 AND owner = $4",
+        )
+        .bind(status.as_str())
+        .bind(result)
+        .bind(id)
+        .bind(self.owner())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !mine {
+            self.not_mine(id);
+            return Ok(());
+        }
         audit::insert(&mut *tx, audit_row).await?;
         tx.commit().await?;
         Ok(())
@@ -213,12 +222,21 @@ impl Store {
         audit_row: &AuditRow,
     ) -> anyhow::Result<()> {
         let mut tx = self.writer().begin().await?;
-        sqlx::query("UPDATE calls SET run_status = $1, result = $2, owner = NULL WHERE id = $3")
-            .bind(run_status.as_str())
-            .bind(result)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        let mine = sqlx::query(
+            "UPDATE calls SET run_status = $1, result = $2, owner = NULL WHERE id = $3 AND owner = $4",
+        )
+        .bind(run_status.as_str())
+        .bind(result)
+        .bind(id)
+        .bind(self.owner())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !mine {
+            self.not_mine(id);
+            return Ok(());
+        }
         audit::insert(&mut *tx, audit_row).await?;
         tx.commit().await?;
         Ok(())
@@ -229,10 +247,24 @@ impl Store {
     pub async fn fail_interrupted_call(&self, c: &CallRow, now: Millis) -> anyhow::Result<()> {
         let mut tx = self.writer().begin().await?;
         let update = match c.kind.as_str() {
-            "auto" => "UPDATE calls SET status = 'failed', owner = NULL WHERE id = $1",
-            _ => "UPDATE calls SET run_status = 'failed', owner = NULL WHERE id = $1",
+            "auto" => {
+                "UPDATE calls SET status = 'failed', owner = NULL WHERE id = $1 AND owner = $2"
+            }
+            _ => {
+                "UPDATE calls SET run_status = 'failed', owner = NULL WHERE id = $1 AND owner = $2"
+            }
         };
-        sqlx::query(update).bind(&c.id).execute(&mut *tx).await?;
+        let mine = sqlx::query(update)
+            .bind(&c.id)
+            .bind(self.owner())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        if !mine {
+            self.not_mine(&c.id);
+            return Ok(());
+        }
         audit::insert(
             &mut *tx,
             &AuditRow::for_call(c, "failed", Some("interrupted"), now),
@@ -240,6 +272,15 @@ impl Store {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// An outcome for a call this process no longer owns is not recorded: its lease
+    /// lapsed and another process took the call over and records the outcome.
+    fn not_mine(&self, call: &str) {
+        tracing::error!(
+            call,
+            "a call's outcome was not recorded: another process took it over when this one's lease lapsed"
+        );
     }
 
     /// The calls a turn's answer made, in order (to resume it after a crash).
@@ -304,8 +345,23 @@ impl Store {
         .rows_affected()
             == 1;
         if !won {
-            // Dropping the transaction gives the reservation back.
-            let expired = c.expires_at.is_none_or(|at| at <= now);
+            // Dropping the transaction gives the reservation back. Whether the card
+            // ran out of time or another answer won is read from the row as it is
+            // now: an expiry sweep may have come between the checks and here.
+            let row = sqlx::query("SELECT status, expires_at FROM calls WHERE id = $1")
+                .bind(&c.id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let expired = match row {
+                Some(row) => {
+                    let status: String = row.try_get("status")?;
+                    let expires_at: Option<Millis> = row.try_get("expires_at")?;
+                    status == CallStatus::Expired.as_str()
+                        || (status == CallStatus::Pending.as_str()
+                            && expires_at.is_none_or(|at| at <= now))
+                }
+                None => false,
+            };
             return Ok(if expired {
                 Decided::Late
             } else {

@@ -6,13 +6,43 @@
 use sqlx::Row;
 
 use super::calls::{COLUMNS, call};
-use super::{CallRow, Store, sql};
-use crate::clock::Millis;
+use super::{BudgetShare, CallRow, Store, sql};
 
-/// How long a lease holds without renewal.
-pub const LEASE_MS: Millis = 15_000;
-/// How often a live process renews its lease (and looks for lapsed ones).
-pub const RENEW_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a lease holds without renewal unless `[server] lease_s` says otherwise.
+pub const DEFAULT_LEASE_MS: i64 = 15_000;
+
+/// SQLite: a lock file beside the database that every process using it holds
+/// shared for its lifetime; the OS lets go of it when a process dies, however it
+/// dies. A start that can take it exclusively knows it is the only live process,
+/// so every other lease in the file belongs to a dead one and is claimed at once;
+/// a start beside a live process (a second `serve` on the same file, or a test's
+/// second app) claims only lapsed leases, like a replica on PostgreSQL.
+pub struct FileLock {
+    _file: std::fs::File,
+    /// This process was the only one when it started.
+    pub solo: bool,
+}
+
+impl FileLock {
+    pub(super) fn take(url: &str) -> anyhow::Result<Option<FileLock>> {
+        let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
+        let path = rest.split('?').next().unwrap_or_default();
+        if path.is_empty() || path == ":memory:" {
+            return Ok(None);
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(format!("{path}-lease"))?;
+        let solo = file.try_lock().is_ok();
+        // Held shared from now on: a later start beside this one cannot take it
+        // exclusively. (Converting the lock is not atomic; a start slipping in
+        // between would only see this process's new lease, with no work yet.)
+        file.lock_shared()?;
+        Ok(Some(FileLock { _file: file, solo }))
+    }
+}
 
 /// What a dead process left, now owned by this one.
 #[derive(Debug, Default)]
@@ -41,29 +71,35 @@ pub struct StreamingAnswer {
 }
 
 impl Store {
-    /// Takes this process's lease (at start).
-    pub async fn take_lease(&self, now: Millis) -> anyhow::Result<()> {
-        sqlx::query("INSERT INTO leases (owner, started_at, expires_at) VALUES ($1, $2, $3)")
-            .bind(self.owner())
-            .bind(now)
-            .bind(now + LEASE_MS)
-            .execute(self.writer())
-            .await?;
+    /// Takes this process's lease (at start), timed by the database's clock.
+    pub async fn take_lease(&self) -> anyhow::Result<()> {
+        let now = self.now_sql();
+        sqlx::query(sql(format!(
+            "INSERT INTO leases (owner, started_at, expires_at) VALUES ($1, {now}, {now} + $2)"
+        )))
+        .bind(self.owner())
+        .bind(self.lease_ms)
+        .execute(self.writer())
+        .await?;
         Ok(())
     }
 
     /// Renews the lease. Returns false if it had lapsed and was claimed by another
     /// process (this one was paused for longer than a lease): the lease is taken
-    /// anew, and what it was running has been finished elsewhere.
-    pub async fn renew_lease(&self, now: Millis) -> anyhow::Result<bool> {
-        let renewed = sqlx::query("UPDATE leases SET expires_at = $2 WHERE owner = $1")
-            .bind(self.owner())
-            .bind(now + LEASE_MS)
-            .execute(self.writer())
-            .await?
-            .rows_affected();
+    /// anew, and the outcomes this process still writes for what was claimed are
+    /// refused (they are guarded by owner).
+    pub async fn renew_lease(&self) -> anyhow::Result<bool> {
+        let renewed = sqlx::query(sql(format!(
+            "UPDATE leases SET expires_at = {} + $2 WHERE owner = $1",
+            self.now_sql()
+        )))
+        .bind(self.owner())
+        .bind(self.lease_ms)
+        .execute(self.writer())
+        .await?
+        .rows_affected();
         if renewed == 0 {
-            self.take_lease(now).await?;
+            self.take_lease().await?;
         }
         Ok(renewed == 1)
     }
@@ -77,39 +113,61 @@ impl Store {
         Ok(())
     }
 
-    /// Claims the work of every process whose lease has lapsed by `now` — or, with
-    /// `every_other`, of every other process (a start on SQLite, where the database
-    /// file has one process at a time, so any other lease is a dead one).
-    pub async fn claim_dead(&self, now: Millis, every_other: bool) -> anyhow::Result<Claimed> {
-        let cutoff = if every_other { Millis::MAX } else { now };
-        let dead: Vec<String> =
-            sqlx::query("SELECT owner FROM leases WHERE owner <> $1 AND expires_at < $2")
-                .bind(self.owner())
-                .bind(cutoff)
-                .fetch_all(self.writer())
-                .await?
-                .iter()
-                .map(|r| r.try_get("owner"))
-                .collect::<Result<_, _>>()?;
+    /// Claims the work of every process whose lease has lapsed, and of owners with
+    /// no lease at all (a process that stopped with work left). `at_start`: a
+    /// start that found itself the only process on a SQLite file claims every
+    /// other lease, lapsed or not.
+    pub async fn claim_dead(&self, at_start: bool) -> anyhow::Result<Claimed> {
+        let every_other = at_start && self.file_lock.as_ref().is_some_and(|l| l.solo);
+        let lapsed = match every_other {
+            true => "1 = 1".to_string(),
+            false => format!("expires_at < {}", self.now_sql()),
+        };
+        let dead = sqlx::query(sql(format!(
+            "SELECT owner, 1 AS leased FROM leases WHERE owner <> $1 AND {lapsed} \
+             UNION SELECT DISTINCT owner, 0 AS leased FROM calls WHERE owner IS NOT NULL AND owner NOT IN (SELECT owner FROM leases) \
+             UNION SELECT DISTINCT owner, 0 AS leased FROM messages WHERE status = 'streaming' AND owner IS NOT NULL AND owner NOT IN (SELECT owner FROM leases)"
+        )))
+        .bind(self.owner())
+        .fetch_all(self.writer())
+        .await?;
         let mut claimed = Claimed::default();
-        for owner in dead {
-            self.claim(&owner, cutoff, &mut claimed).await?;
+        for row in dead {
+            let owner: String = row.try_get("owner")?;
+            let leased: i64 = row.try_get("leased")?;
+            if let Err(e) = self.claim(&owner, leased == 1, &lapsed, &mut claimed).await {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    owner,
+                    "a dead process's work could not be claimed"
+                );
+            }
         }
         Ok(claimed)
     }
 
-    async fn claim(&self, dead: &str, cutoff: Millis, claimed: &mut Claimed) -> anyhow::Result<()> {
+    async fn claim(
+        &self,
+        dead: &str,
+        leased: bool,
+        lapsed: &str,
+        claimed: &mut Claimed,
+    ) -> anyhow::Result<()> {
         let mut tx = self.writer().begin().await?;
-        let won = sqlx::query("DELETE FROM leases WHERE owner = $1 AND expires_at < $2")
+        // Deleting the lapsed lease is what wins the claim: of two replicas, one
+        // deletes it and the other finds nothing to delete.
+        if leased {
+            let won = sqlx::query(sql(format!(
+                "DELETE FROM leases WHERE owner = $1 AND {lapsed}"
+            )))
             .bind(dead)
-            .bind(cutoff)
             .execute(&mut *tx)
             .await?
             .rows_affected()
-            == 1;
-        if !won {
-            // Another replica claimed it, or it renewed in time.
-            return Ok(());
+                == 1;
+            if !won {
+                return Ok(());
+            }
         }
         let calls = sqlx::query(sql(format!(
             "UPDATE calls SET owner = $1, deliveries = deliveries + 1 WHERE owner = $2 RETURNING {COLUMNS}"
@@ -118,8 +176,9 @@ impl Store {
         .bind(dead)
         .fetch_all(&mut *tx)
         .await?;
+        let mut calls_claimed = Vec::new();
         for row in &calls {
-            claimed.calls.push(call(row)?);
+            calls_claimed.push(call(row)?);
         }
         let ids: Vec<String> = sqlx::query(
             "UPDATE messages SET owner = $1 WHERE owner = $2 AND status = 'streaming' RETURNING id",
@@ -131,6 +190,7 @@ impl Store {
         .iter()
         .map(|r| r.try_get("id"))
         .collect::<Result<_, _>>()?;
+        let mut answers = Vec::new();
         for id in ids {
             let row = sqlx::query(
                 "SELECT m.id, m.conversation, m.turn, m.text, m.context, m.budget_day, m.reserved, c.site, c.visitor \
@@ -139,7 +199,7 @@ impl Store {
             .bind(&id)
             .fetch_one(&mut *tx)
             .await?;
-            claimed.answers.push(StreamingAnswer {
+            answers.push(StreamingAnswer {
                 id: row.try_get("id")?,
                 conversation: row.try_get("conversation")?,
                 turn: row.try_get("turn")?,
@@ -152,25 +212,63 @@ impl Store {
             });
         }
         tx.commit().await?;
-        tracing::warn!(
-            owner = dead,
-            calls = calls.len(),
-            "claimed the unfinished work of a stopped process"
-        );
+        if !calls_claimed.is_empty() || !answers.is_empty() {
+            tracing::warn!(
+                owner = dead,
+                calls = calls_claimed.len(),
+                answers = answers.len(),
+                "claimed the unfinished work of a stopped process"
+            );
+        }
+        claimed.calls.extend(calls_claimed);
+        claimed.answers.extend(answers);
         Ok(())
     }
 
     /// Marks an interrupted answer failed, keeping its saved text, and gives its
     /// budget reservation back (settled to `spent`, an estimate of what it used).
     pub async fn fail_answer(&self, answer: &StreamingAnswer, spent: i64) -> anyhow::Result<()> {
+        let share = answer.budget_day.as_ref().map(|day| BudgetShare {
+            site: answer.site.clone(),
+            day: day.clone(),
+            reserved: answer.reserved,
+            limit: 0,
+        });
+        self.fail_streaming(&answer.id, share.as_ref(), spent).await
+    }
+
+    /// Marks this process's streaming answer failed and settles its reservation —
+    /// both only if it is still streaming under this process, so a reservation is
+    /// never given back twice. The budget row is written first, as in every
+    /// turn's writes (see `Store::decide`).
+    pub async fn fail_streaming(
+        &self,
+        message: &str,
+        share: Option<&BudgetShare>,
+        spent: i64,
+    ) -> anyhow::Result<()> {
         let mut tx = self.writer().begin().await?;
-        if let Some(day) = &answer.budget_day {
-            super::budgets::release(&mut *tx, &answer.site, day, answer.reserved, spent).await?;
-        }
-        sqlx::query("UPDATE messages SET status = 'failed' WHERE id = $1 AND status = 'streaming'")
-            .bind(&answer.id)
+        if let Some(share) = share {
+            sqlx::query(
+                "UPDATE budgets SET reserved = reserved - $3, spent = spent + $4 WHERE site = $1 AND day = $2 \
+                 AND EXISTS (SELECT 1 FROM messages WHERE id = $5 AND status = 'streaming' AND owner = $6)",
+            )
+            .bind(&share.site)
+            .bind(&share.day)
+            .bind(share.reserved)
+            .bind(spent)
+            .bind(message)
+            .bind(self.owner())
             .execute(&mut *tx)
             .await?;
+        }
+        sqlx::query(
+            "UPDATE messages SET status = 'failed' WHERE id = $1 AND status = 'streaming' AND owner = $2",
+        )
+        .bind(message)
+        .bind(self.owner())
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }

@@ -19,7 +19,7 @@ pub use audit::AuditRow;
 pub use budgets::Reservation;
 pub use calls::{CallRow, CallStatus, Decided};
 pub use conversations::{MessageRow, STREAMING};
-pub use leases::{Claimed, LEASE_MS, RENEW_EVERY, StreamingAnswer};
+pub use leases::{Claimed, StreamingAnswer};
 pub use turns::{BudgetShare, TurnEnd, TurnStart};
 
 use std::path::Path;
@@ -60,6 +60,11 @@ pub struct Store {
     group: Option<turns::GroupCommit>,
     /// This process's lease: what it runs and streams is stored under this name.
     owner: std::sync::Arc<str>,
+    /// How long the lease holds without renewal, in milliseconds.
+    lease_ms: i64,
+    /// SQLite only: this process's hold on the database's lock file (see
+    /// `leases::FileLock`), and whether it was the only process when it started.
+    file_lock: Option<std::sync::Arc<leases::FileLock>>,
 }
 
 /// A transaction on either backend.
@@ -118,6 +123,8 @@ impl Store {
                     writer,
                     backend,
                     owner: crate::ids::new_id("p").into(),
+                    lease_ms: leases::DEFAULT_LEASE_MS,
+                    file_lock: leases::FileLock::take(&url)?.map(std::sync::Arc::new),
                 }
             }
             Backend::Postgres => {
@@ -128,6 +135,8 @@ impl Store {
                     backend,
                     group: None,
                     owner: crate::ids::new_id("p").into(),
+                    lease_ms: leases::DEFAULT_LEASE_MS,
+                    file_lock: None,
                 }
             }
         };
@@ -147,6 +156,26 @@ impl Store {
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// Sets how long this process's lease holds without renewal (`[server] lease_s`).
+    pub fn with_lease(mut self, lease: Duration) -> Store {
+        self.lease_ms = lease.as_millis().clamp(1_000, i64::MAX as u128) as i64;
+        self
+    }
+
+    /// How often the lease is renewed: three times within its lifetime.
+    pub fn renew_every(&self) -> Duration {
+        Duration::from_millis((self.lease_ms / 3) as u64)
+    }
+
+    /// The database's own clock in milliseconds, as SQL: leases are timed by one
+    /// clock that every replica shares, not by each replica's own.
+    fn now_sql(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+            Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
     }
 
     pub(crate) fn pool(&self) -> &AnyPool {

@@ -43,6 +43,9 @@ pub struct TurnEnd {
     pub unreported: u64,
     /// The reservation to settle to `usage` and `unreported`.
     pub budget: Option<BudgetShare>,
+    /// The process streaming the answer: the end is saved only while the answer
+    /// is still streaming under it (not after another process took it over).
+    pub owner: String,
 }
 
 /// A turn's reservation of its site's daily budget.
@@ -146,17 +149,32 @@ async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservation, sqlx::E
 async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<(), sqlx::Error> {
     if let Some(b) = &e.budget {
         let spent = e.usage.input_tokens + e.usage.output_tokens + e.unreported;
-        super::budgets::settle(&mut **tx, b, spent as i64).await?;
-    }
-    sqlx::query("UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 WHERE id = $6")
-        .bind(&e.text)
-        .bind(&e.status)
-        .bind(&e.citations)
-        .bind(e.usage.input_tokens as i64)
-        .bind(e.usage.output_tokens as i64)
+        sqlx::query(
+            "UPDATE budgets SET reserved = reserved - $3, spent = spent + $4 WHERE site = $1 AND day = $2 \
+             AND EXISTS (SELECT 1 FROM messages WHERE id = $5 AND status = 'streaming' AND owner = $6)",
+        )
+        .bind(&b.site)
+        .bind(&b.day)
+        .bind(b.reserved)
+        .bind(spent as i64)
         .bind(&e.message)
+        .bind(&e.owner)
         .execute(&mut **tx)
         .await?;
+    }
+    sqlx::query(
+        "UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 \
+         WHERE id = $6 AND status = 'streaming' AND owner = $7",
+    )
+    .bind(&e.text)
+    .bind(&e.status)
+    .bind(&e.citations)
+    .bind(e.usage.input_tokens as i64)
+    .bind(e.usage.output_tokens as i64)
+    .bind(&e.message)
+    .bind(&e.owner)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 

@@ -106,11 +106,56 @@ fn integer_literals_fit(raw: &str) -> Result<(), String> {
             if integer && !fits {
                 return Err(describe_big(token));
             }
+            let decimal = !integer && digits.starts_with(|c: char| c.is_ascii_digit());
+            if decimal && !whole_decimal_is_exact(digits) {
+                return Err(describe_big(token));
+            }
             continue;
         }
         i += 1;
     }
     Ok(())
+}
+
+/// Whether a decimal or exponent literal (without its sign) that denotes a whole
+/// number is held exactly by the double it is read as: `9007199254740993.0` and
+/// `9.007199254740993e15` are not, `1e21` is. A fraction (`0.1`) is rounded
+/// whichever way it is written, and passes: what is shown is that double.
+fn whole_decimal_is_exact(literal: &str) -> bool {
+    let (mantissa, exponent) = match literal.find(['e', 'E']) {
+        Some(i) => (&literal[..i], literal[i + 1..].parse::<i64>().ok()),
+        None => (literal, Some(0)),
+    };
+    let Some(exponent) = exponent else {
+        return true; // Not a number the parser will accept; it reports it.
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let mut digits = format!("{whole}{fraction}")
+        .trim_start_matches('0')
+        .to_string();
+    let mut exp10 = exponent.saturating_sub(fraction.len() as i64);
+    while digits.ends_with('0') {
+        digits.pop();
+        exp10 += 1;
+    }
+    if digits.is_empty() || exp10 < 0 {
+        return true;
+    }
+    // 5^23 > 2^53: a whole number with more than 22 trailing decimal zeros has an
+    // odd part no double can hold.
+    if exp10 > 22 {
+        return false;
+    }
+    let Some(value) = digits
+        .parse::<u128>()
+        .ok()
+        .and_then(|d| d.checked_mul(10u128.pow(exp10 as u32)))
+    else {
+        return false;
+    };
+    literal
+        .parse::<f64>()
+        .is_ok_and(|f| f.is_finite() && f as u128 == value)
 }
 
 fn describe_big(token: &str) -> String {

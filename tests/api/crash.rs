@@ -142,6 +142,11 @@ impl Server {
     }
 }
 
+/// The database of the suite's run (`DESKBELL_TEST_BACKEND`).
+fn on_postgres() -> bool {
+    support::Backend::under_test() == support::Backend::Postgres
+}
+
 struct Setup {
     llm: FakeLlm,
     hook: Webhook,
@@ -158,8 +163,10 @@ async fn setup(postgres: bool) -> Setup {
         true => support::fresh_postgres_database().await,
         false => format!("sqlite://{}", dir.path().join("deskbell.db").display()),
     };
+    // A short lease, so that on PostgreSQL (where a start takes over only lapsed
+    // leases) recovery comes within seconds.
     let text = format!(
-        "[server]\ndata_dir = \"{}\"\ndatabase_url = \"{database_url}\"\n{}",
+        "[server]\ndata_dir = \"{}\"\ndatabase_url = \"{database_url}\"\nlease_s = 3\n{}",
         dir.path().display(),
         // The model stand-in pauses mid-answer longer than the suite's usual
         // stall limit.
@@ -293,12 +300,12 @@ async fn confirmed_call_killed_while_its_tool_runs(postgres: bool) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_confirmed_call_killed_while_its_tool_runs_is_delivered_again_and_answered() {
-    confirmed_call_killed_while_its_tool_runs(false).await;
+    confirmed_call_killed_while_its_tool_runs(on_postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_auto_call_killed_while_it_runs_is_delivered_again_and_the_turn_finished() {
-    let s = setup(false).await;
+    let s = setup(on_postgres()).await;
     let server = Server::start(&s.config, None).await;
     let token = server.visitor().await;
     s.llm.push(Script::Stream(vec![
@@ -386,12 +393,12 @@ async fn answer_killed_mid_stream(postgres: bool) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_answer_killed_mid_stream_shows_as_failed_with_its_text() {
-    answer_killed_mid_stream(false).await;
+    answer_killed_mid_stream(on_postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_between_the_decision_and_the_run_still_runs_the_call_once() {
-    let s = setup(false).await;
+    let s = setup(on_postgres()).await;
     let server = Server::start(&s.config, Some("after_decide")).await;
     let token = server.visitor().await;
     s.llm.push(Script::tool_calls(&[(
@@ -429,7 +436,7 @@ async fn a_crash_between_the_decision_and_the_run_still_runs_the_call_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_whose_three_deliveries_were_interrupted_fails_as_interrupted() {
-    let s = setup(false).await;
+    let s = setup(on_postgres()).await;
     let server = Server::start(&s.config, Some("before_delivery")).await;
     let token = server.visitor().await;
     s.llm.push(Script::tool_calls(&[(
@@ -503,7 +510,8 @@ impl Server {
 }
 
 /// On PostgreSQL a start does not take other leases at once (they may be live
-/// replicas): the dead process's work is claimed once its lease lapses.
+/// replicas): the dead process's work is claimed once its lease lapses. (The
+/// whole file runs on PostgreSQL too in the suite's PostgreSQL pass.)
 #[tokio::test(flavor = "multi_thread")]
 async fn on_postgresql_a_killed_process_is_recovered_once_its_lease_lapses() {
     confirmed_call_killed_while_its_tool_runs(true).await;

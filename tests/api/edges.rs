@@ -64,8 +64,11 @@ fn leaf() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
         (-9_007_199_254_740_991i64..=9_007_199_254_740_991).prop_map(Value::from),
+        // Doubles past 2^53 are whole numbers, and their shortest decimal form
+        // (`1.2345678901234568e20`) names a number the double is not: refused, as
+        // a test below holds. Every double below that is generated.
         any::<f64>()
-            .prop_filter("finite", |f| f.is_finite())
+            .prop_filter("below 2^53", |f| f.abs() < 9_007_199_254_740_992.0)
             .prop_map(Value::from),
         Just(json!(1e21)),
         Just(json!(-0.0)),
@@ -387,4 +390,89 @@ async fn a_card_that_expires_between_the_checks_and_the_decision_is_late() {
         .await
         .unwrap();
     assert_eq!(decided, deskbell::store::Decided::Late);
+}
+
+#[tokio::test]
+async fn a_card_the_sweep_expired_after_the_checks_is_late_not_replayed() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    let (_, card) = t.raise_card(&token).await;
+    let call = t
+        .app
+        .store
+        .call(card["call"].as_str().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let after = call.expires_at.unwrap() + 1;
+    t.app.store.expire_due(after, None).await.unwrap();
+    let bubble = deskbell::store::MessageRow {
+        id: deskbell::ids::new_id("m"),
+        conversation: call.conversation.clone(),
+        turn: call.turn.clone(),
+        role: "assistant".into(),
+        text: String::new(),
+        status: "streaming".into(),
+        citations: None,
+        created_at: after,
+        owner: None,
+        budget_day: None,
+        reserved: 0,
+    };
+    // The decision still believes the call pending, with a clock before expiry.
+    let decided = t
+        .app
+        .store
+        .decide(
+            &call,
+            deskbell::store::CallStatus::Confirmed,
+            None,
+            after - 2,
+            &bubble,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(decided, deskbell::store::Decided::Late);
+}
+
+#[tokio::test]
+async fn a_stored_transcript_that_does_not_parse_leaves_the_card_undecided() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    let (conversation, card) = t.raise_card(&token).await;
+    let call = card["call"].as_str().unwrap();
+    sqlx::query(
+        "UPDATE calls SET context = '{\"v\":1,\"items\":[{\"role\":\"wizard\"}]}' WHERE id = $1",
+    )
+    .bind(call)
+    .execute(&t.db().await)
+    .await
+    .unwrap();
+    let r = t.answer(&token, &conversation, &card, "confirm").await;
+    assert_eq!((r.status, r.code()), (500, "internal_error"));
+    assert!(t.hook.calls().is_empty(), "nothing ran");
+    assert_eq!(
+        t.audit_events(call).await,
+        ["requested"],
+        "nothing was decided"
+    );
+    let stored = t.app.store.call(call).await.unwrap().unwrap();
+    assert_eq!(stored.status, "pending");
+}
+
+#[tokio::test]
+async fn a_card_whose_lines_cannot_be_read_is_shown_without_a_signature() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    let (conversation, card) = t.raise_card(&token).await;
+    sqlx::query("UPDATE calls SET lines = 'not json' WHERE id = $1")
+        .bind(card["call"].as_str().unwrap())
+        .execute(&t.db().await)
+        .await
+        .unwrap();
+    let history = t.history(&token, &conversation).await;
+    let step = &history.json["messages"][1]["steps"][0];
+    assert_eq!(step["status"], "pending");
+    assert!(step.get("signature").is_none_or(Value::is_null), "{step}");
 }
