@@ -186,7 +186,7 @@ impl Turn {
         let audit = audit_outcome(&row, &outcome, self.app.clock.now_ms());
         self.app
             .store
-            .finish_auto_call(&row.id, status, &outcome.result, &audit)
+            .record_outcome(&row, status, Some(&outcome.result), &audit)
             .await?;
         self.sink
             .send(step_event(&row.id, tool, status.as_str()))

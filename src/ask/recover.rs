@@ -140,18 +140,9 @@ async fn finish_call(
             tracing::warn!(call = %call.id, delivery = call.deliveries, "delivering an interrupted call again");
             let (outcome, status) = turn.run_tool(&call.id, tool, &arguments.value).await;
             let audit = audit_outcome(&call, &outcome, app.clock.now_ms());
-            match call.kind.as_str() {
-                "auto" => {
-                    app.store
-                        .finish_auto_call(&call.id, status, &outcome.result, &audit)
-                        .await?
-                }
-                _ => {
-                    app.store
-                        .set_run(&call.id, status, &outcome.result, &audit)
-                        .await?
-                }
-            }
+            app.store
+                .record_outcome(&call, status, Some(&outcome.result), &audit)
+                .await?;
             turn.sink
                 .send(step_event(&call.id, tool, status.as_str()))
                 .await;

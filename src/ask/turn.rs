@@ -429,7 +429,7 @@ impl Turn {
         let record = self
             .app
             .store
-            .set_run(&call.id, status, &outcome.result, &audit);
+            .record_outcome(call, status, Some(&outcome.result), &audit);
         let request = self.request(messages, 0);
         let (recorded, first) = tokio::join!(record, self.model(request));
         recorded?;

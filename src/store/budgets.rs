@@ -95,3 +95,31 @@ pub(super) async fn reserve_in(
         },
     )
 }
+
+/// Settles a turn's reservation to what it spent, only while its answer is still
+/// streaming under `owner`: of the answer's final write, its failure and its
+/// recovery after a crash, whichever comes first settles it, and only that one.
+pub(super) async fn settle_once<'e, E>(
+    executor: E,
+    share: &BudgetShare,
+    spent: i64,
+    message: &str,
+    owner: &str,
+) -> Result<(), sqlx::Error>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    sqlx::query(
+        "UPDATE budgets SET reserved = reserved - $3, spent = spent + $4 WHERE site = $1 AND day = $2 \
+         AND EXISTS (SELECT 1 FROM messages WHERE id = $5 AND status = 'streaming' AND owner = $6)",
+    )
+    .bind(&share.site)
+    .bind(&share.day)
+    .bind(share.reserved)
+    .bind(spent)
+    .bind(message)
+    .bind(owner)
+    .execute(executor)
+    .await?;
+    Ok(())
+}

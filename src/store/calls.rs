@@ -183,58 +183,34 @@ impl Store {
         Ok(rows.iter().map(call).collect::<Result<_, _>>()?)
     }
 
-    /// Sets the outcome of an auto call and appends its audit row.
-    pub async fn finish_auto_call(
+    /// Records a running call's outcome with its audit row: an auto call's status,
+    /// or a confirmed call's run (its step on the continuation's message), and
+    /// what the tool answered. Only the call's owner may (see `not_mine`).
+    pub async fn record_outcome(
         &self,
-        id: &str,
+        call: &CallRow,
         status: CallStatus,
-        result: &str,
+        result: Option<&str>,
         audit_row: &AuditRow,
     ) -> anyhow::Result<()> {
+        let column = match call.kind.as_str() {
+            "auto" => "status",
+            _ => "run_status",
+        };
         let mut tx = self.writer().begin().await?;
-        let mine = sqlx::query(
-            "UPDATE calls SET status = $1, result = $2, owner = NULL WHERE id = $3 AND owner = $4",
-        )
+        let mine = sqlx::query(sql(format!(
+            "UPDATE calls SET {column} = $1, result = COALESCE($2, result), owner = NULL WHERE id = $3 AND owner = $4"
+        )))
         .bind(status.as_str())
         .bind(result)
-        .bind(id)
+        .bind(&call.id)
         .bind(self.owner())
         .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
         if !mine {
-            self.not_mine(id);
-            return Ok(());
-        }
-        audit::insert(&mut *tx, audit_row).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Records how the run of a confirmed call went (its step on the continuation's
-    /// message) with its audit row.
-    pub async fn set_run(
-        &self,
-        id: &str,
-        run_status: CallStatus,
-        result: &str,
-        audit_row: &AuditRow,
-    ) -> anyhow::Result<()> {
-        let mut tx = self.writer().begin().await?;
-        let mine = sqlx::query(
-            "UPDATE calls SET run_status = $1, result = $2, owner = NULL WHERE id = $3 AND owner = $4",
-        )
-        .bind(run_status.as_str())
-        .bind(result)
-        .bind(id)
-        .bind(self.owner())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if !mine {
-            self.not_mine(id);
+            self.not_mine(&call.id);
             return Ok(());
         }
         audit::insert(&mut *tx, audit_row).await?;
@@ -245,33 +221,9 @@ impl Store {
     /// A call whose deliveries were all interrupted by crashes: it is failed with
     /// reason `interrupted` and never sent again.
     pub async fn fail_interrupted_call(&self, c: &CallRow, now: Millis) -> anyhow::Result<()> {
-        let mut tx = self.writer().begin().await?;
-        let update = match c.kind.as_str() {
-            "auto" => {
-                "UPDATE calls SET status = 'failed', owner = NULL WHERE id = $1 AND owner = $2"
-            }
-            _ => {
-                "UPDATE calls SET run_status = 'failed', owner = NULL WHERE id = $1 AND owner = $2"
-            }
-        };
-        let mine = sqlx::query(update)
-            .bind(&c.id)
-            .bind(self.owner())
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-            == 1;
-        if !mine {
-            self.not_mine(&c.id);
-            return Ok(());
-        }
-        audit::insert(
-            &mut *tx,
-            &AuditRow::for_call(c, "failed", Some("interrupted"), now),
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let audit_row = AuditRow::for_call(c, "failed", Some("interrupted"), now);
+        self.record_outcome(c, CallStatus::Failed, None, &audit_row)
+            .await
     }
 
     /// An outcome for a call this process no longer owns is not recorded: its lease

@@ -249,18 +249,7 @@ impl Store {
     ) -> anyhow::Result<()> {
         let mut tx = self.writer().begin().await?;
         if let Some(share) = share {
-            sqlx::query(
-                "UPDATE budgets SET reserved = reserved - $3, spent = spent + $4 WHERE site = $1 AND day = $2 \
-                 AND EXISTS (SELECT 1 FROM messages WHERE id = $5 AND status = 'streaming' AND owner = $6)",
-            )
-            .bind(&share.site)
-            .bind(&share.day)
-            .bind(share.reserved)
-            .bind(spent)
-            .bind(message)
-            .bind(self.owner())
-            .execute(&mut *tx)
-            .await?;
+            super::budgets::settle_once(&mut *tx, share, spent, message, self.owner()).await?;
         }
         sqlx::query(
             "UPDATE messages SET status = 'failed' WHERE id = $1 AND status = 'streaming' AND owner = $2",

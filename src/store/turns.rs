@@ -149,18 +149,7 @@ async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservation, sqlx::E
 async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<(), sqlx::Error> {
     if let Some(b) = &e.budget {
         let spent = e.usage.input_tokens + e.usage.output_tokens + e.unreported;
-        sqlx::query(
-            "UPDATE budgets SET reserved = reserved - $3, spent = spent + $4 WHERE site = $1 AND day = $2 \
-             AND EXISTS (SELECT 1 FROM messages WHERE id = $5 AND status = 'streaming' AND owner = $6)",
-        )
-        .bind(&b.site)
-        .bind(&b.day)
-        .bind(b.reserved)
-        .bind(spent as i64)
-        .bind(&e.message)
-        .bind(&e.owner)
-        .execute(&mut **tx)
-        .await?;
+        super::budgets::settle_once(&mut **tx, b, spent as i64, &e.message, &e.owner).await?;
     }
     sqlx::query(
         "UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 \

@@ -20,31 +20,33 @@ struct Server {
     base: String,
 }
 
+/// `deskbell serve` on a fresh port, optionally aborting at a crash point.
+fn spawn(config: &Path, crash_at: Option<&str>) -> (Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut command = deskbell_command();
+    command
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("DESKBELL_BIND", format!("127.0.0.1:{port}"))
+        .env("BETTER_AUTH_SECRET", support::SECRET)
+        .env("TOOL_SECRET", support::TOOL_SECRET)
+        .env("ACME_IDENTITY_SECRET", support::IDENTITY_SECRET)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(point) = crash_at {
+        command.env("DESKBELL_CRASH_AT", point);
+    }
+    (command.spawn().unwrap(), format!("http://127.0.0.1:{port}"))
+}
+
 impl Server {
     async fn start(config: &Path, crash_at: Option<&str>) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut command = deskbell_command();
-        command
-            .args(["serve", "--config"])
-            .arg(config)
-            .env("DESKBELL_BIND", format!("127.0.0.1:{port}"))
-            .env("BETTER_AUTH_SECRET", support::SECRET)
-            .env("TOOL_SECRET", support::TOOL_SECRET)
-            .env("ACME_IDENTITY_SECRET", support::IDENTITY_SECRET)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if let Some(point) = crash_at {
-            command.env("DESKBELL_CRASH_AT", point);
-        }
-        let child = command.spawn().unwrap();
-        let server = Server {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        };
+        let (child, base) = spawn(config, crash_at);
+        let server = Server { child, base };
         let http = reqwest::Client::new();
         for _ in 0..400 {
             if http
@@ -481,31 +483,8 @@ async fn a_call_whose_three_deliveries_were_interrupted_fails_as_interrupted() {
 impl Server {
     /// A start that recovers the dead process's call and dies delivering it.
     async fn start_crashing(config: &Path, point: &str) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = deskbell_command()
-            .args(["serve", "--config"])
-            .arg(config)
-            .env("DESKBELL_BIND", format!("127.0.0.1:{port}"))
-            .env("BETTER_AUTH_SECRET", support::SECRET)
-            .env("TOOL_SECRET", support::TOOL_SECRET)
-            .env("ACME_IDENTITY_SECRET", support::IDENTITY_SECRET)
-            .env("DESKBELL_CRASH_AT", point)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        for _ in 0..400 {
-            if child.try_wait().unwrap().is_some() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        child.kill().unwrap();
-        panic!("the recovering start did not reach the crash point");
+        let (child, base) = spawn(config, Some(point));
+        Server { child, base }.crashed().await;
     }
 }
 

@@ -363,19 +363,7 @@ async fn a_card_that_expires_between_the_checks_and_the_decision_is_late() {
         .unwrap()
         .unwrap();
     let after = call.expires_at.unwrap() + 1;
-    let bubble = deskbell::store::MessageRow {
-        id: deskbell::ids::new_id("m"),
-        conversation: call.conversation.clone(),
-        turn: call.turn.clone(),
-        role: "assistant".into(),
-        text: String::new(),
-        status: "streaming".into(),
-        citations: None,
-        created_at: after,
-        owner: None,
-        budget_day: None,
-        reserved: 0,
-    };
+    let bubble = continuation_bubble(&call, after);
     let decided = t
         .app
         .store
@@ -406,19 +394,7 @@ async fn a_card_the_sweep_expired_after_the_checks_is_late_not_replayed() {
         .unwrap();
     let after = call.expires_at.unwrap() + 1;
     t.app.store.expire_due(after, None).await.unwrap();
-    let bubble = deskbell::store::MessageRow {
-        id: deskbell::ids::new_id("m"),
-        conversation: call.conversation.clone(),
-        turn: call.turn.clone(),
-        role: "assistant".into(),
-        text: String::new(),
-        status: "streaming".into(),
-        citations: None,
-        created_at: after,
-        owner: None,
-        budget_day: None,
-        reserved: 0,
-    };
+    let bubble = continuation_bubble(&call, after);
     // The decision still believes the call pending, with a clock before expiry.
     let decided = t
         .app
@@ -475,4 +451,24 @@ async fn a_card_whose_lines_cannot_be_read_is_shown_without_a_signature() {
     let step = &history.json["messages"][1]["steps"][0];
     assert_eq!(step["status"], "pending");
     assert!(step.get("signature").is_none_or(Value::is_null), "{step}");
+}
+
+/// The row of a continuation's bubble, as a decision opens it.
+fn continuation_bubble(
+    call: &deskbell::store::CallRow,
+    at: deskbell::clock::Millis,
+) -> deskbell::store::MessageRow {
+    deskbell::store::MessageRow {
+        id: deskbell::ids::new_id("m"),
+        conversation: call.conversation.clone(),
+        turn: call.turn.clone(),
+        role: "assistant".into(),
+        text: String::new(),
+        status: "streaming".into(),
+        citations: None,
+        created_at: at,
+        owner: None,
+        budget_day: None,
+        reserved: 0,
+    }
 }
