@@ -105,6 +105,23 @@ impl Server {
         read(r).await
     }
 
+    /// Raises a card for cancelling order 42 and confirms it without waiting for
+    /// the answer (the crash will cut it); returns the conversation and the card.
+    async fn confirm_in_background(&self, s: &Setup, token: &str) -> (String, Value) {
+        s.llm.push(Script::tool_calls(&[(
+            "cancel_order",
+            json!({"order_id": 42}),
+        )]));
+        let r = self.ask(token, json!({"message": "Cancel order 42"})).await;
+        let conversation = r.conversation();
+        let card = r.event("confirm").clone();
+        self.ask_in_background(
+            token,
+            json!({"conversation": conversation, "call": card["call"], "decision": "confirm", "signature": card["signature"]}),
+        );
+        (conversation, card)
+    }
+
     /// Sends an ask whose stream will be cut by the crash; nobody waits for it.
     fn ask_in_background(&self, token: &str, body: Value) {
         let request = reqwest::Client::new()
@@ -263,20 +280,8 @@ async fn confirmed_call_killed_while_its_tool_runs(postgres: bool) {
     let s = setup(postgres).await;
     let server = Server::start(&s.config, None).await;
     let token = server.visitor().await;
-    s.llm.push(Script::tool_calls(&[(
-        "cancel_order",
-        json!({"order_id": 42}),
-    )]));
-    let r = server
-        .ask(&token, json!({"message": "Cancel order 42"}))
-        .await;
-    let conversation = r.conversation();
-    let card = r.event("confirm").clone();
     s.hook.push(hanging());
-    server.ask_in_background(
-        &token,
-        json!({"conversation": conversation, "call": card["call"], "decision": "confirm", "signature": card["signature"]}),
-    );
+    let (conversation, card) = server.confirm_in_background(&s, &token).await;
     s.wait_for_delivery("/cancel", 1).await;
     server.kill();
 
@@ -403,19 +408,7 @@ async fn a_crash_between_the_decision_and_the_run_still_runs_the_call_once() {
     let s = setup(on_postgres()).await;
     let server = Server::start(&s.config, Some("after_decide")).await;
     let token = server.visitor().await;
-    s.llm.push(Script::tool_calls(&[(
-        "cancel_order",
-        json!({"order_id": 42}),
-    )]));
-    let r = server
-        .ask(&token, json!({"message": "Cancel order 42"}))
-        .await;
-    let conversation = r.conversation();
-    let card = r.event("confirm").clone();
-    server.ask_in_background(
-        &token,
-        json!({"conversation": conversation, "call": card["call"], "decision": "confirm", "signature": card["signature"]}),
-    );
+    let (conversation, card) = server.confirm_in_background(&s, &token).await;
     server.crashed().await;
     assert!(s.hook.calls().is_empty(), "the crash came before the run");
 
@@ -441,19 +434,7 @@ async fn a_call_whose_three_deliveries_were_interrupted_fails_as_interrupted() {
     let s = setup(on_postgres()).await;
     let server = Server::start(&s.config, Some("before_delivery")).await;
     let token = server.visitor().await;
-    s.llm.push(Script::tool_calls(&[(
-        "cancel_order",
-        json!({"order_id": 42}),
-    )]));
-    let r = server
-        .ask(&token, json!({"message": "Cancel order 42"}))
-        .await;
-    let conversation = r.conversation();
-    let card = r.event("confirm").clone();
-    server.ask_in_background(
-        &token,
-        json!({"conversation": conversation, "call": card["call"], "decision": "confirm", "signature": card["signature"]}),
-    );
+    let (conversation, card) = server.confirm_in_background(&s, &token).await;
     server.crashed().await;
     // Each start delivers again and dies at the same point, twice more.
     for _ in 0..2 {

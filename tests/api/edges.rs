@@ -350,8 +350,9 @@ async fn nul_in_model_text_tool_names_and_tool_results_is_dropped_before_saving(
     assert!(told.contains("shipped today"), "{told}");
 }
 
-#[tokio::test]
-async fn a_card_that_expires_between_the_checks_and_the_decision_is_late() {
+/// Decides a card one millisecond past its expiry, as a decision racing the
+/// clock would; `swept` first lets the expiry sweep mark the card expired.
+async fn decide_after_expiry(swept: bool) -> deskbell::store::Decided {
     let t = TestApp::start().await;
     let token = t.visitor().await;
     let (_, card) = t.raise_card(&token).await;
@@ -363,53 +364,35 @@ async fn a_card_that_expires_between_the_checks_and_the_decision_is_late() {
         .unwrap()
         .unwrap();
     let after = call.expires_at.unwrap() + 1;
+    if swept {
+        t.app.store.expire_due(after, None).await.unwrap();
+    }
     let bubble = continuation_bubble(&call, after);
-    let decided = t
-        .app
+    // When swept, the decision still believes the call pending, its clock read
+    // before the expiry.
+    let now = if swept { after - 2 } else { after };
+    let confirmed = deskbell::store::CallStatus::Confirmed;
+    t.app
         .store
-        .decide(
-            &call,
-            deskbell::store::CallStatus::Confirmed,
-            None,
-            after,
-            &bubble,
-            None,
-        )
+        .decide(&call, confirmed, None, now, &bubble, None)
         .await
-        .unwrap();
-    assert_eq!(decided, deskbell::store::Decided::Late);
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_card_that_expires_between_the_checks_and_the_decision_is_late() {
+    assert_eq!(
+        decide_after_expiry(false).await,
+        deskbell::store::Decided::Late
+    );
 }
 
 #[tokio::test]
 async fn a_card_the_sweep_expired_after_the_checks_is_late_not_replayed() {
-    let t = TestApp::start().await;
-    let token = t.visitor().await;
-    let (_, card) = t.raise_card(&token).await;
-    let call = t
-        .app
-        .store
-        .call(card["call"].as_str().unwrap())
-        .await
-        .unwrap()
-        .unwrap();
-    let after = call.expires_at.unwrap() + 1;
-    t.app.store.expire_due(after, None).await.unwrap();
-    let bubble = continuation_bubble(&call, after);
-    // The decision still believes the call pending, with a clock before expiry.
-    let decided = t
-        .app
-        .store
-        .decide(
-            &call,
-            deskbell::store::CallStatus::Confirmed,
-            None,
-            after - 2,
-            &bubble,
-            None,
-        )
-        .await
-        .unwrap();
-    assert_eq!(decided, deskbell::store::Decided::Late);
+    assert_eq!(
+        decide_after_expiry(true).await,
+        deskbell::store::Decided::Late
+    );
 }
 
 #[tokio::test]
