@@ -72,8 +72,8 @@ input_schema = {{ type = "object", required = ["order_id"], properties = {{ orde
     );
     let config = Config::from_toml(&config, "e2e.toml", &env)?;
     let app = deskbell::app::build(config, Default::default()).await?;
-    let router = deskbell::app::router(app.clone());
-    tokio::spawn(deskbell::app::serve(
+    let router = deskbell::routes::router(app.clone());
+    tokio::spawn(deskbell::routes::serve(
         app,
         router,
         api_listener,

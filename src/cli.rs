@@ -132,10 +132,10 @@ async fn serve(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
     }
     let bind = config.server.bind.clone();
     let app = crate::app::build(config, Default::default()).await?;
-    let router = crate::app::router(app.clone());
+    let router = crate::routes::router(app.clone());
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     tracing::info!(addr = %listener.local_addr()?, "deskbell is serving");
-    crate::app::serve(app, router, listener, shutdown_signal()).await?;
+    crate::routes::serve(app, router, listener, crate::server::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -214,27 +214,4 @@ async fn export(
     crate::audit::export(&store, site.as_deref(), format, &mut out).await?;
     std::io::Write::flush(&mut out)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-    tracing::info!("shutting down; finishing answers in progress");
 }

@@ -15,6 +15,7 @@ pub mod guard;
 pub mod ids;
 pub mod knowledge;
 pub mod llm;
+pub mod routes;
 pub mod secret;
 pub mod server;
 pub mod store;

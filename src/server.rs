@@ -1,7 +1,7 @@
 //! The accept loop. `axum::serve` offers no read timeouts, so this serves each
 //! connection with hyper directly: a client that trickles its headers (slow-loris)
 //! is cut off after `header_timeout`, bodies must arrive within
-//! `BODY_READ_TIMEOUT` (a layer in `app::router`), and shutdown is graceful.
+//! `BODY_READ_TIMEOUT` (a layer in `routes::router`), and shutdown is graceful.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -75,4 +75,27 @@ pub async fn run(
         tracing::warn!("connections still open after 30 seconds were closed");
     }
     Ok(())
+}
+
+/// Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down; finishing answers in progress");
 }

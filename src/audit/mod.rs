@@ -8,25 +8,6 @@ use serde::Serialize;
 use crate::clock::rfc3339;
 use crate::store::{AuditRow, Store};
 
-/// The fixed set of audit events; anything else read back is reported as unknown.
-pub const EVENTS: &[&str] = &[
-    "requested",
-    "confirmed",
-    "cancelled",
-    "expired",
-    "executed",
-    "failed",
-    "refused",
-];
-
-pub fn event_name(text: &str) -> &'static str {
-    EVENTS
-        .iter()
-        .find(|e| **e == text)
-        .copied()
-        .unwrap_or("unknown")
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Jsonl,

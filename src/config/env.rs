@@ -57,7 +57,7 @@ pub(super) fn apply(config: &mut Config, env: &Env) -> Vec<Problem> {
     if let Some(v) = env.get("DESKBELL_LOCAL_TOKENIZER") {
         config.llm.local_tokenizer = Some(v.into());
     }
-    config.llm.local_cache = crate::llm::local::fetch::cache_dir(env);
+    config.llm.local_cache = model_cache_dir(env);
     config.llm.hub_endpoint = env.get("HF_ENDPOINT").map(String::from);
     if let Some(v) = env.get(TTL_VAR) {
         match parse_ttl_minutes(v) {
@@ -107,4 +107,21 @@ pub fn parse_ttl_minutes(text: &str) -> Option<Duration> {
         return None;
     }
     Some(Duration::from_secs_f64(minutes * 60.0))
+}
+
+/// The embedded model's download folder: `DESKBELL_MODEL_CACHE`, else `$XDG_CACHE_HOME/deskbell/models`,
+/// else `~/.cache/deskbell/models`.
+fn model_cache_dir(env: &Env) -> std::path::PathBuf {
+    if let Some(dir) = env.get("DESKBELL_MODEL_CACHE") {
+        return std::path::PathBuf::from(dir);
+    }
+    let base = env
+        .get("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            env.get("HOME")
+                .map(|h| std::path::Path::new(h).join(".cache"))
+        })
+        .unwrap_or_else(|| std::path::PathBuf::from(".cache"));
+    base.join("deskbell").join("models")
 }

@@ -61,14 +61,14 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
         crate::knowledge::log_report(&site.id, &report);
     }
     let app = crate::app::build(config, Default::default()).await?;
-    let router = crate::app::router(app.clone())
+    let router = crate::routes::router(app.clone())
         .merge(shop::router(tools_secret.into_bytes(), app.clock.clone()))
         .merge(page::router(KNOWLEDGE));
     let listener = tokio::net::TcpListener::bind(&bind)
         .await
         .with_context(|| format!("cannot listen on {bind} (is another demo running?)"))?;
     println!("Deskbell demo: open http://{bind}/ in a browser. Data is kept in {DATA_DIR}.");
-    crate::app::serve(app, router, listener, crate::cli::shutdown_signal()).await?;
+    crate::routes::serve(app, router, listener, crate::server::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
 

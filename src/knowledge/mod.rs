@@ -4,6 +4,7 @@
 //! sources; the answer's `[n]` markers become its citations.
 
 mod chunk;
+mod document;
 mod html;
 mod index;
 mod source;

@@ -6,22 +6,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+pub use super::document::{Document, MAX_FILE_BYTES, Skipped};
 use crate::config::KnowledgeSource;
-
-/// Files above this are skipped: knowledge is prose, not data dumps.
-pub const MAX_FILE_BYTES: u64 = 5 * 1024 * 1024;
-
-#[derive(Debug, Clone)]
-pub struct Document {
-    /// The file's path, as the document's identity in the index.
-    pub path: String,
-    pub title: String,
-    /// Where visitors can read it, when the source has a base URL.
-    pub url: Option<String>,
-    pub text: String,
-    /// SHA-256 of the file's bytes, to skip unchanged documents.
-    pub hash: String,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -29,12 +15,6 @@ pub enum Kind {
     Text,
     Html,
     Pdf,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skipped {
-    pub path: String,
-    pub reason: String,
 }
 
 /// Every readable document of the sources, and every one that was skipped.

@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use reqwest::Url;
 use sha2::{Digest, Sha256};
 
-use super::source::{Document, MAX_FILE_BYTES, Skipped};
+use super::document::{Document, MAX_FILE_BYTES, Skipped};
 
 /// Pages fetched from one sitemap at the most.
 pub const MAX_PAGES: usize = 500;

@@ -4,7 +4,7 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{CallRow, Store};
+use super::Store;
 use crate::clock::Millis;
 use crate::ids::new_id;
 
@@ -23,25 +23,6 @@ pub struct AuditRow {
     pub arguments: String,
     pub http_status: Option<i64>,
     pub duration_ms: Option<i64>,
-}
-
-impl AuditRow {
-    pub fn for_call(call: &CallRow, event: &'static str, reason: Option<&str>, at: Millis) -> Self {
-        Self {
-            at,
-            event,
-            reason: reason.map(str::to_string),
-            call: call.id.clone(),
-            site: call.site.clone(),
-            conversation: call.conversation.clone(),
-            visitor: call.visitor.clone(),
-            tool: call.tool.clone(),
-            policy: call.policy.clone(),
-            arguments: call.arguments.clone(),
-            http_status: None,
-            duration_ms: None,
-        }
-    }
 }
 
 /// Inserts one audit row with any executor, so it can join a transaction.
@@ -75,7 +56,7 @@ fn audit_row(row: &AnyRow) -> Result<AuditRow, sqlx::Error> {
     let event: String = row.try_get("event")?;
     Ok(AuditRow {
         at: row.try_get("at")?,
-        event: crate::audit::event_name(&event),
+        event: event_name(&event),
         reason: row.try_get("reason")?,
         call: row.try_get("call")?,
         site: row.try_get("site")?,
@@ -127,4 +108,23 @@ impl Store {
         .await?;
         Ok(rows.iter().map(audit_row).collect::<Result<_, _>>()?)
     }
+}
+
+/// The fixed set of audit events; anything else read back is reported as unknown.
+pub const EVENTS: &[&str] = &[
+    "requested",
+    "confirmed",
+    "cancelled",
+    "expired",
+    "executed",
+    "failed",
+    "refused",
+];
+
+fn event_name(text: &str) -> &'static str {
+    EVENTS
+        .iter()
+        .find(|e| **e == text)
+        .copied()
+        .unwrap_or("unknown")
 }

@@ -6,7 +6,17 @@
 use sqlx::Row;
 
 use super::Store;
-use super::turns::BudgetShare;
+
+/// A turn's reservation of its site's daily budget.
+#[derive(Debug, Clone)]
+pub struct BudgetShare {
+    pub site: String,
+    pub day: String,
+    /// What the turn reserves (its token cap).
+    pub reserved: i64,
+    /// The site's daily budget.
+    pub limit: i64,
+}
 
 impl Store {
     /// Whether a turn could reserve its share of a site's budget for `day` now (a

@@ -89,6 +89,26 @@ pub struct CallRow {
     pub result: Option<String>,
 }
 
+/// A call's audit rows carry the call's identity and its canonical arguments.
+impl AuditRow {
+    pub fn for_call(call: &CallRow, event: &'static str, reason: Option<&str>, at: Millis) -> Self {
+        Self {
+            at,
+            event,
+            reason: reason.map(str::to_string),
+            call: call.id.clone(),
+            site: call.site.clone(),
+            conversation: call.conversation.clone(),
+            visitor: call.visitor.clone(),
+            tool: call.tool.clone(),
+            policy: call.policy.clone(),
+            arguments: call.arguments.clone(),
+            http_status: None,
+            duration_ms: None,
+        }
+    }
+}
+
 pub(super) const COLUMNS: &str = "id, model_call_id, conversation, message, turn, site, visitor, tool, label, policy, kind, arguments, lines, \
      status, config_digest, expires_at, signature, decided_at, reason, context, run_message, run_status, created_at, owner, deliveries, result";
 

@@ -16,11 +16,12 @@ mod turns;
 mod visitors;
 
 pub use audit::AuditRow;
+pub use budgets::BudgetShare;
 pub use budgets::Reservation;
 pub use calls::{CallRow, CallStatus, Decided};
 pub use conversations::{MessageRow, STREAMING};
 pub use leases::{Claimed, StreamingAnswer};
-pub use turns::{BudgetShare, TurnEnd, TurnStart};
+pub use turns::{TurnEnd, TurnStart};
 
 use std::path::Path;
 use std::time::Duration;

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::calls::{expire_in, supersede_in};
 use super::conversations::insert_message;
-use super::{MessageRow, Reservation, Store};
+use super::{BudgetShare, MessageRow, Reservation, Store};
 use crate::clock::Millis;
 use crate::wire::Usage;
 
@@ -46,17 +46,6 @@ pub struct TurnEnd {
     /// The process streaming the answer: the end is saved only while the answer
     /// is still streaming under it (not after another process took it over).
     pub owner: String,
-}
-
-/// A turn's reservation of its site's daily budget.
-#[derive(Debug, Clone)]
-pub struct BudgetShare {
-    pub site: String,
-    pub day: String,
-    /// What the turn reserves (its token cap).
-    pub reserved: i64,
-    /// The site's daily budget.
-    pub limit: i64,
 }
 
 enum Job {

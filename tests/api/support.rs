@@ -221,10 +221,10 @@ impl TestApp {
             ..Default::default()
         };
         let app = app::build(config, overrides).await.unwrap();
-        let router = app::router(app.clone());
+        let router = deskbell::routes::router(app.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(app::serve(
+        tokio::spawn(deskbell::routes::serve(
             app.clone(),
             router,
             listener,

@@ -36,20 +36,6 @@ pub fn default_model() -> ModelSource {
     }
 }
 
-/// The cache folder: `DESKBELL_MODEL_CACHE`, else `$XDG_CACHE_HOME/deskbell/models`,
-/// else `~/.cache/deskbell/models`.
-pub fn cache_dir(env: &crate::config::Env) -> PathBuf {
-    if let Some(dir) = env.get("DESKBELL_MODEL_CACHE") {
-        return PathBuf::from(dir);
-    }
-    let base = env
-        .get("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| env.get("HOME").map(|h| Path::new(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from(".cache"));
-    base.join("deskbell").join("models")
-}
-
 /// The model file, downloaded first if the cache does not hold a verified copy.
 /// `endpoint` replaces `https://huggingface.co` (tests serve a local hub).
 pub async fn fetch(

@@ -1,0 +1,107 @@
+//! The HTTP surface: every route, the layers around them, and serving with a
+//! graceful shutdown. Every entry point (serve, demo, tests, benchmarks) serves
+//! the app built by `app::build` through here.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Method, header};
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::app::App;
+
+/// Request bodies are small JSON documents; anything larger is refused early.
+const BODY_LIMIT: usize = 64 * 1024;
+/// A body must arrive within this, so a slow sender cannot hold a connection open.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn router(app: App) -> Router {
+    let request_id = HeaderName::from_static("x-request-id");
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(crate::visitor::router())
+        .merge(crate::ask::router())
+        .merge(crate::conversation::router())
+        .merge(crate::widget::router())
+        .fallback(|| async { crate::error::ApiError::NotFound })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
+        .layer(cors(&app))
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::extract::Request| {
+            let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+        }))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .with_state(app)
+}
+
+/// Preflights are answered only for origins some site lists, never with a wildcard.
+fn cors(app: &App) -> CorsLayer {
+    let allowed: Vec<String> = app
+        .sites
+        .values()
+        .flat_map(|s| s.config.origins.clone())
+        .collect();
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(move |origin, _| {
+            origin
+                .to_str()
+                .is_ok_and(|o| allowed.iter().any(|a| a == o))
+        }))
+        .allow_methods([Method::GET, Method::POST])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+        .expose_headers([header::RETRY_AFTER])
+        .max_age(Duration::from_secs(600))
+}
+
+async fn healthz(
+    axum::extract::State(app): axum::extract::State<App>,
+) -> Result<axum::Json<serde_json::Value>, crate::error::ApiError> {
+    app.store.ping().await?;
+    Ok(axum::Json(serde_json::json!({"status": "ok"})))
+}
+
+/// Serves until `shutdown` resolves, then waits (bounded) for running turns so that
+/// answers in progress are finished and saved.
+pub async fn serve(
+    app: App,
+    router: Router,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    // What a dead process left is finished before anything new is accepted: on a
+    // SQLite file this process has alone, every other lease is a dead one;
+    // otherwise a lease is claimed once it has lapsed (`ask::lease_forever`). A
+    // failure is logged and the next renewal tries again: it must not stop the
+    // server from starting.
+    if let Err(e) = crate::ask::recover(&app, true).await {
+        tracing::error!(error = format!("{e:#}"), "recovery at start failed");
+    }
+    let sweeper = tokio::spawn(crate::confirm::expiry::sweep_forever(app.clone()));
+    let lease = tokio::spawn(crate::ask::lease_forever(app.clone()));
+    let header_timeout = Duration::from_secs_f64(app.config.server.header_read_timeout_s);
+    crate::server::run(listener, router, header_timeout, shutdown).await?;
+    sweeper.abort();
+    app.turns.close();
+    if tokio::time::timeout(Duration::from_secs(30), app.turns.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some turns were still running after 30 seconds and were stopped");
+        // The lease is kept: what those turns left is recovered once it lapses.
+        lease.abort();
+        return Ok(());
+    }
+    lease.abort();
+    if let Err(e) = app.store.release_lease().await {
+        tracing::warn!(error = format!("{e:#}"), "the lease could not be given up");
+    }
+    Ok(())
+}
