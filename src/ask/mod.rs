@@ -5,7 +5,6 @@
 //! not lose the answer). It answers with JSON errors until the task says the stream
 //! has started, and with the event stream after.
 
-mod calls;
 mod prompt;
 mod recover;
 mod sink;
@@ -26,7 +25,7 @@ use crate::error::{ApiError, RawBody};
 use crate::wire::{AskBody, AskRequest};
 use crate::{confirm, guard, ids};
 
-pub use recover::{MAX_DELIVERIES, lease_forever, recover};
+pub use recover::{lease_forever, recover};
 pub use sink::Sink;
 pub use turn::Turn;
 

@@ -111,3 +111,9 @@ pub trait Provider: Send + Sync + 'static {
     /// has arrived, so a failure here means nothing was streamed yet.
     fn stream(&self, request: ChatRequest) -> BoxFuture<'_, Result<ModelStream, ProviderError>>;
 }
+
+/// A rough token count for text a provider reported no usage for (about four
+/// characters a token for English), so a budget is charged something.
+pub fn estimate_tokens(chars: usize) -> u64 {
+    chars.div_ceil(4) as u64
+}

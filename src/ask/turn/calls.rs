@@ -1,17 +1,18 @@
 //! What happens to the tool calls of one model response (SPEC §6 step 3): refusals,
-//! auto calls, and the one card a turn may raise.
+//! auto calls, and the one card a turn may raise (through `confirm::card`).
 
 use std::sync::Arc;
 
-use super::turn::{Bubble, Turn, audit_outcome, step_event, without_nul};
+use super::finish::step_event;
+use super::rounds::without_nul;
+use super::{Bubble, Turn};
 use crate::config::Policy;
-use crate::confirm::sign;
+use crate::confirm;
 use crate::ids::new_id;
 use crate::llm::{ChatMessage, ToolCall};
 use crate::store::{AuditRow, CallRow, CallStatus};
+use crate::tools::Tool;
 use crate::tools::arguments::Arguments;
-use crate::tools::{Tool, render};
-use crate::wire::StreamEvent;
 
 /// How one call of the response is to be handled.
 enum Plan {
@@ -183,19 +184,14 @@ impl Turn {
         let requested = AuditRow::for_call(&row, "requested", None, row.created_at);
         self.app.store.insert_call(&row, &[requested]).await?;
         let (outcome, status) = self.run_tool(&row.id, tool, &arguments.value).await;
-        let audit = audit_outcome(&row, &outcome, self.app.clock.now_ms());
-        self.app
-            .store
-            .record_outcome(&row, status, Some(&outcome.result), &audit)
-            .await?;
+        confirm::run::record(&self.app, &row, &outcome, status).await?;
         self.sink
             .send(step_event(&row.id, tool, status.as_str()))
             .await;
         Ok(outcome.result)
     }
 
-    /// Stores the call as pending — canonical arguments, rendered lines, expiry,
-    /// signature and the transcript to resume from — and shows the card.
+    /// Raises the turn's one card (`confirm::card`) and shows it.
     async fn raise_card(
         &mut self,
         messages: &[ChatMessage],
@@ -204,10 +200,7 @@ impl Turn {
         tool: &Tool,
         arguments: &Arguments,
     ) -> anyhow::Result<()> {
-        let lines = render::render(&tool.schema, &arguments.value);
-        let now = self.app.clock.now_ms();
-        let ttl = self.app.config.approval_ttl.as_millis() as i64;
-        let mut row = self.call_row(
+        let row = self.call_row(
             call,
             bubble,
             Some(tool),
@@ -215,26 +208,9 @@ impl Turn {
             "confirmation",
             CallStatus::Pending,
         );
-        row.lines = Some(crate::store::stored::encode_lines(&lines));
-        row.config_digest = Some(tool.digest.clone());
-        row.expires_at = Some(now + ttl);
-        // The system prompt is rebuilt for the continuation, so it is not stored.
-        row.context = Some(crate::store::stored::encode_transcript(messages));
-        let signature = sign::sign(&self.app.keys.confirmations, &row);
-        row.signature = Some(signature.clone());
-        let requested = AuditRow::for_call(&row, "requested", None, now);
-        self.app.store.insert_call(&row, &[requested]).await?;
+        let card = confirm::card::raise(&self.app, row, tool, arguments, messages).await?;
         self.card_raised = true;
-        self.sink
-            .send(StreamEvent::Confirm {
-                call: row.id.clone(),
-                tool: tool.name.clone(),
-                label: tool.label.clone(),
-                arguments: lines,
-                expires_at: crate::clock::rfc3339(now + ttl),
-                signature,
-            })
-            .await;
+        self.sink.send(card).await;
         Ok(())
     }
 }

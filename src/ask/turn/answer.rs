@@ -1,0 +1,185 @@
+//! The continuation after a card: the visitor's decision, the confirmed call's
+//! run with exactly its stored arguments, and the model rounds that follow in a
+//! new bubble — and the same continuation for a turn whose process died.
+
+use super::finish::{snippet, step_event};
+use super::{Bubble, Turn};
+use crate::ask::prompt::{self, Part};
+use crate::confirm::{self, Verified};
+use crate::ids::new_id;
+use crate::llm::{ChatMessage, ModelStream, ProviderError};
+use crate::store::{BudgetShare, CallRow, StreamingAnswer};
+use crate::tools::Tool;
+use crate::tools::arguments::Arguments;
+use crate::wire::{Citation, Decision, StreamEvent};
+
+impl Turn {
+    pub(super) async fn run_answer(
+        &mut self,
+        verified: Verified,
+        decision: Decision,
+    ) -> anyhow::Result<()> {
+        let Verified { call, tool } = verified;
+        let (context, arguments) = confirm::run::prepare(&call)?;
+        self.conversation = call.conversation.clone();
+        self.turn = call.turn.clone();
+        self.card_raised = true;
+        let bubble = Bubble {
+            id: new_id("m"),
+            text: String::new(),
+        };
+        let bubble_row = self.bubble_row(&bubble.id);
+        let budget = self.admission.as_ref().map(|a| a.share().clone());
+        let to =
+            match confirm::decide::decide(&self.app, &call, decision, &bubble_row, budget.as_ref())
+                .await?
+            {
+                Ok(to) => to,
+                Err(refusal) => {
+                    self.start(Err(refusal));
+                    return Ok(());
+                }
+            };
+        self.reserved();
+        self.open_bubble = Some(bubble.id.clone());
+        crate::crashpoint::reached("after_decide");
+        self.start(Ok(()));
+        self.sink
+            .send(StreamEvent::Decision {
+                call: call.id.clone(),
+                status: to.as_str(),
+            })
+            .await;
+        self.announce(&bubble.id).await;
+        match decision {
+            Decision::Confirm => {
+                self.continue_confirmed(&call, &tool, &arguments, context, bubble)
+                    .await
+            }
+            Decision::Cancel => {
+                self.withheld = Some(call.tool.clone());
+                let mut messages = self.continuation(context);
+                messages.push(ChatMessage::Tool {
+                    tool_call_id: call.model_call_id.clone(),
+                    content: "The visitor did not approve this call, so it did not run. Do not try this call or \
+                              tool again in this turn; answer without it."
+                        .to_string(),
+                });
+                let mut bubble = bubble;
+                let status = self.rounds(messages, &mut bubble, None).await;
+                self.close(bubble, status).await
+            }
+        }
+    }
+
+    /// The model's messages for a continuation: the rebuilt system message (with no
+    /// retrieval: its only sources are tool results) and the stored transcript.
+    fn continuation(&self, context: Vec<ChatMessage>) -> Vec<ChatMessage> {
+        let mut messages = vec![prompt::system(
+            &self.caller.site.config,
+            Part::Continuation,
+            "",
+        )];
+        messages.extend(context);
+        messages
+    }
+
+    /// Runs a confirmed call with exactly its stored arguments and continues the
+    /// turn into `bubble` with its result. Used for a visitor's answer and for a
+    /// call delivered again after a crash alike.
+    async fn continue_confirmed(
+        &mut self,
+        call: &CallRow,
+        tool: &Tool,
+        arguments: &Arguments,
+        context: Vec<ChatMessage>,
+        mut bubble: Bubble,
+    ) -> anyhow::Result<()> {
+        let mut messages = self.continuation(context);
+        let first = self
+            .run_confirmed(call, tool, &arguments.value, &mut messages)
+            .await?;
+        let status = self.rounds(messages, &mut bubble, Some(first)).await;
+        self.close(bubble, status).await
+    }
+
+    /// Sets a headless turn up to finish the turn of `call` after a crash.
+    pub(in crate::ask) fn resume(&mut self, call: &CallRow, answer: Option<&StreamingAnswer>) {
+        self.conversation = call.conversation.clone();
+        self.turn = answer.map_or_else(|| call.turn.clone(), |a| a.turn.clone());
+        // A continuation after a card raises no second one.
+        self.card_raised = call.kind != "auto";
+    }
+
+    /// Finishes a turn whose process died while `call` ran: the transcript, what
+    /// the interrupted round's calls gave, then model rounds into the answer's
+    /// bubble, saved as for a visitor who disconnected.
+    pub(in crate::ask) async fn continue_recovered(
+        &mut self,
+        context: Vec<ChatMessage>,
+        results: Vec<ChatMessage>,
+        call: &CallRow,
+        outcome: &str,
+        mut bubble: Bubble,
+        reserved: Option<BudgetShare>,
+    ) -> anyhow::Result<()> {
+        // The dead turn's reservation is settled with this bubble's final write.
+        self.recovered_share = reserved;
+        let messages = match call.kind.as_str() {
+            "auto" => {
+                let mut m = vec![prompt::system(&self.caller.site.config, Part::Question, "")];
+                m.extend(context);
+                m.extend(results);
+                m
+            }
+            _ => {
+                self.sources.push(Citation {
+                    n: 1,
+                    title: call.label.clone(),
+                    url: None,
+                    snippet: snippet(outcome),
+                });
+                let mut m = self.continuation(context);
+                m.push(ChatMessage::Tool {
+                    tool_call_id: call.model_call_id.clone(),
+                    content: format!("[1] {outcome}"),
+                });
+                m
+            }
+        };
+        self.open_bubble = Some(bubble.id.clone());
+        let status = self.rounds(messages, &mut bubble, None).await;
+        self.close(bubble, status).await
+    }
+
+    /// Runs a confirmed call, hands the result to the model, and records the run
+    /// while the model is asked: the first token waits for whichever of the two
+    /// takes longer, not for both in turn.
+    async fn run_confirmed(
+        &mut self,
+        call: &CallRow,
+        tool: &Tool,
+        arguments: &serde_json::Value,
+        messages: &mut Vec<ChatMessage>,
+    ) -> anyhow::Result<Result<ModelStream, ProviderError>> {
+        let (outcome, status) = self.run_tool(&call.id, tool, arguments).await;
+        self.sources.push(Citation {
+            n: 1,
+            title: tool.label.clone(),
+            url: None,
+            snippet: snippet(&outcome.result),
+        });
+        messages.push(ChatMessage::Tool {
+            tool_call_id: call.model_call_id.clone(),
+            content: format!("[1] {}", outcome.result),
+        });
+        let record = confirm::run::record(&self.app, call, &outcome, status);
+        let request = self.request(messages, 0);
+        let (recorded, first) = tokio::join!(record, self.model(request));
+        recorded?;
+        self.sink
+            .send(step_event(&call.id, tool, status.as_str()))
+            .await;
+        Ok(first)
+    }
+}

@@ -1,0 +1,143 @@
+//! The end of a turn: the answer saved with its citations, usage and budget
+//! settlement, the stream's last events, and failures told in plain words.
+
+use super::{Bubble, Stop, Turn};
+use crate::error::ApiError;
+use crate::guard::Admission;
+use crate::llm::ProviderError;
+use crate::store::TurnEnd;
+use crate::store::stored;
+use crate::wire::{Citation, StreamEvent, TurnStatus};
+
+impl Turn {
+    pub(super) async fn stopped(&self, stop: Stop) -> TurnStatus {
+        let (code, message) = match stop {
+            Stop::Provider(ProviderError::TurnTimeout) => {
+                tracing::warn!("the turn ran out of time");
+                (
+                    "turn_timeout",
+                    "The answer took too long and was stopped. Please try again.",
+                )
+            }
+            Stop::Provider(e) => {
+                tracing::warn!(error = %e, "the model stream failed");
+                (
+                    "provider_error",
+                    "The assistant's model stopped answering. Please try again.",
+                )
+            }
+            Stop::Internal(e) => {
+                tracing::error!(error = format!("{e:#}"), "a turn failed");
+                (
+                    "internal_error",
+                    "Something went wrong on our side. Please try again.",
+                )
+            }
+        };
+        self.sink
+            .send(StreamEvent::Error {
+                code,
+                message: message.into(),
+            })
+            .await;
+        TurnStatus::Failed
+    }
+
+    /// Saves the bubble with its citations and usage and settles the turn's budget
+    /// share (one transaction), then ends the stream.
+    pub(super) async fn close(&mut self, bubble: Bubble, status: TurnStatus) -> anyhow::Result<()> {
+        let cited = cited_sources(&bubble.text, &self.sources);
+        let citations = (!cited.is_empty()).then(|| stored::encode_citations(&cited));
+        if !cited.is_empty() {
+            self.sink
+                .send(StreamEvent::Citations { items: cited })
+                .await;
+        }
+        let admission = self.admission.take();
+        let end = TurnEnd {
+            message: bubble.id.clone(),
+            text: bubble.text,
+            status: status.as_str().into(),
+            citations,
+            usage: self.usage,
+            unreported: self.unreported,
+            budget: admission
+                .as_ref()
+                .and_then(Admission::reserved_share)
+                .or(self.recovered_share.as_ref())
+                .cloned(),
+            owner: self.app.store.owner().to_string(),
+        };
+        let saved = self.app.store.finish_turn(end).await;
+        if saved.is_err() {
+            // The settlement did not happen with the message: keep it for `settle`.
+            self.admission = admission;
+        }
+        saved?;
+        self.open_bubble = None;
+        self.sink
+            .send(StreamEvent::Done {
+                status,
+                usage: self.usage,
+            })
+            .await;
+        Ok(())
+    }
+
+    /// Tells the visitor's stream how a recovered call's run went (nobody may be
+    /// reading: a recovered turn's sink is detached).
+    pub(in crate::ask) async fn send_step(
+        &self,
+        call: &str,
+        tool: &crate::tools::Tool,
+        status: &'static str,
+    ) {
+        self.sink.send(step_event(call, tool, status)).await;
+    }
+
+    /// An internal failure: before the stream started it is a 500; after, an error
+    /// event and a failed `done`.
+    pub(super) async fn abort(&mut self, e: anyhow::Error) {
+        if self.ready.is_some() {
+            self.start(Err(ApiError::Internal(e)));
+            return;
+        }
+        let status = self.stopped(Stop::Internal(e)).await;
+        self.sink
+            .send(StreamEvent::Done {
+                status,
+                usage: self.usage,
+            })
+            .await;
+    }
+}
+
+pub(in crate::ask) fn step_event(
+    call: &str,
+    tool: &crate::tools::Tool,
+    status: &'static str,
+) -> StreamEvent {
+    StreamEvent::Step {
+        call: call.to_string(),
+        tool: tool.name.clone(),
+        label: tool.label.clone(),
+        status,
+    }
+}
+
+pub(super) fn snippet(text: &str) -> String {
+    let mut s: String = text.chars().take(200).collect();
+    if s.len() < text.len() {
+        s.push('…');
+    }
+    s
+}
+
+/// The sources whose `[n]` marker appears in the answer, in source order.
+fn cited_sources(text: &str, sources: &[Citation]) -> Vec<Citation> {
+    sources
+        .iter()
+        .filter(|s| text.contains(&format!("[{}]", s.n)))
+        .cloned()
+        .collect()
+}

@@ -1,0 +1,359 @@
+//! The turn engine (SPEC §6): one visitor message and everything the assistant
+//! does for it. This file holds the turn's state and its start; `rounds.rs` the
+//! model rounds, `calls.rs` what happens to each tool call, `answer.rs` the
+//! continuation after a card is answered (or after a crash), `finish.rs` saving
+//! the answer and ending the stream. The confirmation flow itself — raising,
+//! verifying, deciding, running, recovering — is `confirm/`, which this calls.
+
+mod answer;
+mod calls;
+mod finish;
+mod rounds;
+
+use super::prompt::{self, Part};
+use super::{Ready, Sink};
+use crate::app::App;
+use crate::confirm::Verified;
+use crate::error::ApiError;
+use crate::guard::{Admission, Caller};
+use crate::ids::new_id;
+use crate::llm::{ChatMessage, ChatRequest, ModelStream, ProviderError};
+use crate::store::{BudgetShare, MessageRow, Reservation, TurnEnd, TurnStart};
+use crate::tools::http::Invocation;
+use crate::wire::{Citation, Decision, StreamEvent, TurnStatus, Usage};
+use finish::snippet;
+
+/// At most this many model responses per turn; the last is offered no tools, so it
+/// must answer in words.
+pub const MAX_ROUNDS: usize = 8;
+
+/// Why a turn stopped early.
+enum Stop {
+    Provider(ProviderError),
+    Internal(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Stop {
+    fn from(e: anyhow::Error) -> Self {
+        Stop::Internal(e)
+    }
+}
+
+/// One assistant message (a bubble) as it is being written.
+pub(in crate::ask) struct Bubble {
+    pub id: String,
+    pub text: String,
+}
+
+pub struct Turn {
+    app: App,
+    caller: Caller,
+    /// The budget share and stream slot this turn holds until it ends.
+    admission: Option<Admission>,
+    sink: Sink,
+    ready: Option<Ready>,
+    conversation: String,
+    turn: String,
+    usage: Usage,
+    /// Set once this turn has shown its one card (or is the continuation of one).
+    card_raised: bool,
+    /// A tool the visitor declined: it is not offered again in this turn.
+    withheld: Option<String>,
+    /// Numbered sources the answer may cite.
+    sources: Vec<Citation>,
+    /// The length of the question's sources at the end of the system message.
+    knowledge_len: usize,
+    /// Tokens estimated for model rounds whose provider reported no usage.
+    unreported: u64,
+    /// For a turn finished after a crash: the dead turn's reservation to settle.
+    recovered_share: Option<BudgetShare>,
+    /// The answer's bubble once its row is written and until its final write: a
+    /// turn that ends without that write marks it failed when it settles.
+    open_bubble: Option<String>,
+    /// Every model wait ends by this instant (`[llm] turn_timeout_s`).
+    deadline: tokio::time::Instant,
+    /// When the bubble's text was last saved while streaming.
+    checkpointed: tokio::time::Instant,
+}
+
+impl Turn {
+    pub fn new(app: App, caller: Caller, admission: Admission, sink: Sink, ready: Ready) -> Self {
+        let mut turn = Self::headless(app, caller, sink);
+        turn.admission = Some(admission);
+        turn.ready = Some(ready);
+        turn
+    }
+
+    /// A turn with no request behind it (one finished after a crash).
+    pub(in crate::ask) fn headless(app: App, caller: Caller, mut sink: Sink) -> Self {
+        let now = tokio::time::Instant::now();
+        let deadline = now + std::time::Duration::from_secs_f64(app.config.llm.turn_timeout_s);
+        sink.until(deadline);
+        Self {
+            app,
+            caller,
+            admission: None,
+            sink,
+            ready: None,
+            conversation: String::new(),
+            turn: new_id("t"),
+            usage: Usage::ZERO,
+            card_raised: false,
+            withheld: None,
+            sources: Vec::new(),
+            knowledge_len: 0,
+            unreported: 0,
+            recovered_share: None,
+            open_bubble: None,
+            deadline,
+            checkpointed: now,
+        }
+    }
+
+    /// A new question: save it, reach the model, stream the answer.
+    pub async fn question(mut self, conversation: Option<String>, message: String) {
+        if let Err(e) = self.run_question(conversation, message).await {
+            self.abort(e).await;
+        }
+        self.settle().await;
+    }
+
+    /// The answer to a card whose checks passed.
+    pub async fn answer(mut self, verified: Verified, decision: Decision) {
+        if let Err(e) = self.run_answer(verified, decision).await {
+            self.abort(e).await;
+        }
+        self.settle().await;
+    }
+
+    /// The budget share is now reserved in the database and must be settled.
+    fn reserved(&mut self) {
+        if let Some(a) = self.admission.as_mut() {
+            a.mark_reserved();
+        }
+    }
+
+    fn budget_refused(&self, reservation: Reservation) -> ApiError {
+        crate::guard::budget_refusal(reservation, self.app.clock.now_ms())
+    }
+
+    /// Frees the stream slot and, if the answer's final write never happened (a
+    /// database fault, say), marks the answer failed and settles its reservation
+    /// to what was spent — both guarded, so a reservation is settled exactly once
+    /// whichever way the turn ended.
+    async fn settle(&mut self) {
+        let admission = self.admission.take();
+        let Some(bubble) = self.open_bubble.take() else {
+            return;
+        };
+        let share = admission
+            .as_ref()
+            .and_then(Admission::reserved_share)
+            .or(self.recovered_share.as_ref());
+        let spent = (self.usage.input_tokens + self.usage.output_tokens + self.unreported) as i64;
+        if let Err(e) = self.app.store.fail_streaming(&bubble, share, spent).await {
+            tracing::error!(
+                error = format!("{e:#}"),
+                "an unfinished answer could not be marked failed"
+            );
+        }
+    }
+
+    async fn run_question(
+        &mut self,
+        conversation: Option<String>,
+        message: String,
+    ) -> anyhow::Result<()> {
+        let store = self.app.store.clone();
+        let now = self.app.clock.now_ms();
+        let site = self.caller.site.clone();
+        let is_new = conversation.is_none();
+        self.conversation = conversation.unwrap_or_else(|| new_id("c"));
+        tracing::info!(conversation = %self.conversation, turn = %self.turn, "question");
+        let history = match is_new {
+            true => Vec::new(),
+            false => prompt::history(&store, &self.conversation).await?,
+        };
+        let passages = self.retrieve(&message).await;
+        let knowledge = prompt::sources(passages.as_deref());
+        self.knowledge_len = knowledge.len();
+        let mut messages = vec![prompt::system(&site.config, Part::Question, &knowledge)];
+        messages.extend(history);
+        messages.push(ChatMessage::User {
+            content: message.clone(),
+        });
+        let visitor_message = self.message_row(new_id("m"), "visitor", &message, "sent");
+        let bubble = Bubble {
+            id: new_id("m"),
+            text: String::new(),
+        };
+        let bubble_row = self.bubble_row(&bubble.id);
+        let start = TurnStart {
+            conversation: self.conversation.clone(),
+            is_new,
+            site: site.config.id.clone(),
+            visitor: self.caller.visitor.clone(),
+            now,
+            visitor_message,
+            bubble: bubble_row,
+            budget: self.admission.as_ref().map(|a| a.share().clone()),
+        };
+        // The model is asked while the turn's first writes commit: neither waits
+        // for the other, and the model's answer does not depend on them.
+        let request = self.request(&messages, 0);
+        let (saved, first) = tokio::join!(store.begin_turn(start), self.model(request));
+        match saved? {
+            Reservation::Reserved => {}
+            refusal => {
+                // Turns running at once took the budget since the guard looked.
+                self.start(Err(self.budget_refused(refusal)));
+                return Ok(());
+            }
+        }
+        self.reserved();
+        self.open_bubble = Some(bubble.id.clone());
+        let first = match first {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "the model could not be reached");
+                store
+                    .finish_turn(TurnEnd {
+                        message: bubble.id.clone(),
+                        text: String::new(),
+                        status: TurnStatus::Failed.as_str().into(),
+                        citations: None,
+                        usage: Usage::ZERO,
+                        unreported: 0,
+                        budget: self
+                            .admission
+                            .as_ref()
+                            .and_then(Admission::reserved_share)
+                            .cloned(),
+                        owner: store.owner().to_string(),
+                    })
+                    .await?;
+                self.open_bubble = None;
+                self.start(Err(ApiError::ProviderUnavailable));
+                return Ok(());
+            }
+        };
+        self.start(Ok(()));
+        self.announce(&bubble.id).await;
+        let mut bubble = bubble;
+        let status = self.rounds(messages, &mut bubble, Some(Ok(first))).await;
+        self.close(bubble, status).await
+    }
+
+    /// The site's passages for a question, numbered as the answer's possible
+    /// citations; `None` when the site has no knowledge. A failed search is logged
+    /// and the turn goes on without sources.
+    async fn retrieve(&mut self, question: &str) -> Option<Vec<crate::knowledge::Passage>> {
+        let site = &self.caller.site.config.id;
+        if !self.app.knowledge.has(site) {
+            return None;
+        }
+        let passages = match self.app.knowledge.search(site, question).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = format!("{e:#}"), "knowledge search failed");
+                Vec::new()
+            }
+        };
+        self.sources = passages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Citation {
+                n: i as u32 + 1,
+                title: p.title.clone(),
+                url: p.url.clone(),
+                snippet: snippet(&p.text),
+            })
+            .collect();
+        Some(passages)
+    }
+
+    fn request(&self, messages: &[ChatMessage], round: usize) -> ChatRequest {
+        let tools = if round + 1 < MAX_ROUNDS {
+            self.caller.site.tools.offered(self.withheld.as_deref())
+        } else {
+            Vec::new()
+        };
+        let stable_system = match messages.first() {
+            Some(ChatMessage::System { content }) => {
+                content.len().saturating_sub(self.knowledge_len)
+            }
+            _ => 0,
+        };
+        ChatRequest {
+            messages: messages.to_vec(),
+            tools,
+            max_tokens: self.app.config.llm.max_output_tokens,
+            stable_system,
+        }
+    }
+
+    /// Asks the model, waiting no later than the turn's deadline.
+    async fn model(&self, request: ChatRequest) -> Result<ModelStream, ProviderError> {
+        tokio::time::timeout_at(self.deadline, self.app.provider.stream(request))
+            .await
+            .unwrap_or(Err(ProviderError::TurnTimeout))
+    }
+
+    fn invocation<'a>(&'a self, call: &'a str, arguments: &'a serde_json::Value) -> Invocation<'a> {
+        Invocation {
+            call,
+            arguments,
+            site: &self.caller.site.config.id,
+            conversation: &self.conversation,
+            visitor: &self.caller.visitor,
+            user_id: self.caller.user_id.as_deref(),
+            unix_seconds: self.app.clock.now_ms() / 1000,
+        }
+    }
+
+    /// Tells the handler how the start went; only the first word counts.
+    fn start(&mut self, result: Result<(), ApiError>) {
+        if let Some(ready) = self.ready.take() {
+            let _ = ready.send(result);
+        }
+    }
+
+    /// An assistant bubble's row while it streams: owned by this process (so a
+    /// crash is recovered) and carrying its turn's reservation (so it is released).
+    fn bubble_row(&self, id: &str) -> MessageRow {
+        let mut row = self.message_row(id.to_string(), "assistant", "", crate::store::STREAMING);
+        row.owner = Some(self.app.store.owner().to_string());
+        if let Some(share) = self.admission.as_ref().map(Admission::share) {
+            row.budget_day = Some(share.day.clone());
+            row.reserved = share.reserved;
+        }
+        row
+    }
+
+    fn message_row(&self, id: String, role: &str, text: &str, status: &str) -> MessageRow {
+        MessageRow {
+            id,
+            conversation: self.conversation.clone(),
+            turn: self.turn.clone(),
+            role: role.into(),
+            text: text.into(),
+            status: status.into(),
+            citations: None,
+            created_at: self.app.clock.now_ms(),
+            owner: None,
+            budget_day: None,
+            reserved: 0,
+        }
+    }
+
+    /// The `turn` event that opens a bubble in the widget.
+    async fn announce(&self, message: &str) {
+        self.sink
+            .send(StreamEvent::Turn {
+                conversation: self.conversation.clone(),
+                turn: self.turn.clone(),
+                message: message.to_string(),
+            })
+            .await;
+    }
+}

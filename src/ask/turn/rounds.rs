@@ -1,0 +1,218 @@
+//! Model rounds: stream a response into the bubble, run or refuse its tool calls,
+//! and go on until the model answers in words, a card stops the turn, or the
+//! turn's time or tokens run out.
+
+use futures_util::StreamExt;
+
+use super::finish::step_event;
+use super::{Bubble, MAX_ROUNDS, Stop, Turn};
+use crate::config::Policy;
+use crate::llm::{
+    ChatMessage, ChatRequest, ModelEvent, ModelStream, ProviderError, estimate_tokens,
+};
+use crate::store::{CallStatus, stored};
+use crate::wire::{StreamEvent, TurnStatus};
+
+impl Turn {
+    /// Model rounds until the model answers without tool calls, a card stops the
+    /// turn, or something fails.
+    pub(super) async fn rounds(
+        &mut self,
+        mut messages: Vec<ChatMessage>,
+        bubble: &mut Bubble,
+        mut first: Option<Result<ModelStream, ProviderError>>,
+    ) -> TurnStatus {
+        let cap = match (&self.admission, &self.recovered_share) {
+            (Some(admission), _) => admission.cap(),
+            (None, Some(share)) => share.reserved as u64,
+            (None, None) => u64::MAX,
+        };
+        for round in 0..MAX_ROUNDS {
+            if round > 0 && self.usage.input_tokens + self.usage.output_tokens >= cap {
+                tracing::info!(cap, "the turn reached its token cap");
+                return TurnStatus::Answered;
+            }
+            let request = self.request(&messages, round);
+            let prompt_chars = request_chars(&request);
+            let stream = match first.take() {
+                Some(stream) => stream,
+                None => self.model(request).await,
+            };
+            let outcome = match stream {
+                Ok(stream) => self.consume(stream, bubble, prompt_chars).await,
+                Err(e) => Err(Stop::Provider(e)),
+            };
+            let (text, calls) = match outcome {
+                Ok(result) => result,
+                Err(stop) => return self.stopped(stop).await,
+            };
+            if calls.is_empty() || round + 1 == MAX_ROUNDS {
+                return TurnStatus::Answered;
+            }
+            messages.push(ChatMessage::Assistant {
+                content: text,
+                tool_calls: calls.clone(),
+            });
+            // What a crash while auto calls run leaves behind: the text so far, and
+            // the transcript to resume from once the calls' outcomes are known. (A
+            // card's call stores its own transcript.)
+            let runs_auto = calls.iter().any(|c| {
+                self.caller
+                    .site
+                    .tools
+                    .get(&c.name)
+                    .is_some_and(|t| t.policy == Policy::Auto)
+            });
+            if runs_auto
+                && let Err(e) = self
+                    .app
+                    .store
+                    .checkpoint(
+                        &bubble.id,
+                        &bubble.text,
+                        Some(&stored::encode_transcript(&messages)),
+                    )
+                    .await
+            {
+                return self.stopped(Stop::Internal(e)).await;
+            }
+            match self.handle_calls(&mut messages, bubble, calls).await {
+                Ok(true) => return TurnStatus::AwaitingConfirmation,
+                Ok(false) => {}
+                Err(e) => return self.stopped(Stop::Internal(e)).await,
+            }
+        }
+        TurnStatus::Answered
+    }
+
+    /// Streams one model response into the bubble; returns its text and tool calls.
+    /// A response the provider reports no usage for is charged an estimate.
+    pub(super) async fn consume(
+        &mut self,
+        mut stream: ModelStream,
+        bubble: &mut Bubble,
+        prompt_chars: usize,
+    ) -> Result<(String, Vec<crate::llm::ToolCall>), Stop> {
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        let mut reported = false;
+        let result = loop {
+            let event = match tokio::time::timeout_at(self.deadline, stream.next()).await {
+                Ok(Some(event)) => event,
+                Ok(None) => break Ok(()),
+                Err(_) => break Err(Stop::Provider(ProviderError::TurnTimeout)),
+            };
+            match event {
+                Ok(ModelEvent::Text(delta)) => {
+                    // PostgreSQL's text columns refuse NUL; it carries no meaning.
+                    let delta = without_nul(delta);
+                    text.push_str(&delta);
+                    bubble.text.push_str(&delta);
+                    self.sink.send(StreamEvent::Delta { text: delta }).await;
+                    self.checkpoint_text(bubble).await;
+                }
+                Ok(ModelEvent::ToolCalls(c)) => calls = c,
+                Ok(ModelEvent::Usage(u)) => {
+                    reported = true;
+                    self.usage.add(u);
+                }
+                Err(e) => break Err(Stop::Provider(e)),
+            }
+        };
+        if !reported {
+            let written: usize = text.len()
+                + calls
+                    .iter()
+                    .map(|c| c.arguments.len() + c.name.len())
+                    .sum::<usize>();
+            self.unreported += estimate_tokens(prompt_chars + written);
+        }
+        result.map(|()| (text, calls))
+    }
+
+    /// Saves a long answer's text every few seconds while it streams, so a crash
+    /// loses at most those seconds of it.
+    pub(super) async fn checkpoint_text(&mut self, bubble: &Bubble) {
+        let now = tokio::time::Instant::now();
+        if now.duration_since(self.checkpointed) < CHECKPOINT_EVERY {
+            return;
+        }
+        self.checkpointed = now;
+        if let Err(e) = self
+            .app
+            .store
+            .checkpoint(&bubble.id, &bubble.text, None)
+            .await
+        {
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "an answer's text could not be saved"
+            );
+        }
+    }
+
+    /// Runs a call on its tool's endpoint, announced with a `running` step; the caller
+    /// records the outcome, then sends the final step.
+    pub(in crate::ask) async fn run_tool(
+        &self,
+        call: &str,
+        tool: &crate::tools::Tool,
+        arguments: &serde_json::Value,
+    ) -> (crate::tools::http::Outcome, CallStatus) {
+        self.sink.send(step_event(call, tool, "running")).await;
+        crate::crashpoint::reached("before_delivery");
+        // A call is sent only while the turn has time left, and gets no more than
+        // that time: every turn ends within `turn_timeout_s`.
+        let timed_out = || crate::tools::http::Outcome {
+            succeeded: false,
+            http_status: None,
+            result: "The tool was not run to the end: the turn ran out of time.".into(),
+            failure: Some("timeout"),
+            duration_ms: 0,
+        };
+        let mut outcome = if tokio::time::Instant::now() >= self.deadline {
+            timed_out()
+        } else {
+            let invocation = self.invocation(call, arguments);
+            let run = self.app.executor.run(tool, &invocation);
+            tokio::time::timeout_at(self.deadline, run)
+                .await
+                .unwrap_or_else(|_| timed_out())
+        };
+        outcome.result = without_nul(outcome.result);
+        let status = if outcome.succeeded {
+            CallStatus::Succeeded
+        } else {
+            CallStatus::Failed
+        };
+        (outcome, status)
+    }
+}
+
+/// How often a streaming answer's text is saved.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Text with its NUL characters dropped: PostgreSQL's text columns refuse them,
+/// and they carry nothing a visitor could read.
+pub(in crate::ask) fn without_nul(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "")
+    } else {
+        text
+    }
+}
+
+fn request_chars(request: &ChatRequest) -> usize {
+    request
+        .messages
+        .iter()
+        .map(|m| match m {
+            ChatMessage::System { content } | ChatMessage::User { content } => content.len(),
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => content.len() + tool_calls.iter().map(|c| c.arguments.len()).sum::<usize>(),
+            ChatMessage::Tool { content, .. } => content.len(),
+        })
+        .sum()
+}

@@ -1,0 +1,44 @@
+//! The decision on a verified card: the one atomic pending → decided transition
+//! (`Store::decide`), which also opens the continuation's bubble, reserves the
+//! continuation's budget and marks a confirmed call running under this process.
+//! Of two racing answers — in one process or on two replicas — one wins; the
+//! other is refused and audited here.
+
+use crate::app::App;
+use crate::error::ApiError;
+use crate::store::{BudgetShare, CallRow, CallStatus, Decided, MessageRow};
+use crate::wire::Decision;
+
+/// Decides `call` for `decision`, opening `bubble`. `Ok(Ok(status))` when this
+/// answer won; `Ok(Err(refusal))` when it lost (already audited).
+pub async fn decide(
+    app: &App,
+    call: &CallRow,
+    decision: Decision,
+    bubble: &MessageRow,
+    budget: Option<&BudgetShare>,
+) -> anyhow::Result<Result<CallStatus, ApiError>> {
+    let now = app.clock.now_ms();
+    let (to, reason) = match decision {
+        Decision::Confirm => (CallStatus::Confirmed, None),
+        Decision::Cancel => (CallStatus::Cancelled, Some("visitor")),
+    };
+    let refusal = match app
+        .store
+        .decide(call, to, reason, now, bubble, budget)
+        .await?
+    {
+        Decided::Won => return Ok(Ok(to)),
+        Decided::Lost => {
+            super::refuse(app, call, "replayed").await?;
+            ApiError::CallNotPending
+        }
+        Decided::Late => {
+            app.store.expire_due(now, Some(&call.conversation)).await?;
+            super::refuse(app, call, "late").await?;
+            ApiError::ConfirmationExpired
+        }
+        Decided::Budget(reservation) => crate::guard::budget_refusal(reservation, now),
+    };
+    Ok(Err(refusal))
+}

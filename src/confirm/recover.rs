@@ -1,0 +1,116 @@
+//! Recovering after a crash (SPEC §6.5, §16): what a dead process left — calls
+//! marked running under its lease, answers marked streaming — is claimed by one
+//! other process (`Store::claim_dead`). An answer with no call to finish is failed
+//! here, keeping the text saved at its last checkpoint and releasing its budget
+//! reservation. Each running call is delivered again with the same
+//! `Idempotency-Key` unless three deliveries were already cut short or its tool
+//! changed (then it is failed as `interrupted`); the turn engine does that and
+//! saves the continuation (`ask::recover`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::app::{App, Site};
+use crate::config::Policy;
+use crate::llm::estimate_tokens;
+use crate::store::{CallRow, StreamingAnswer};
+use crate::tools::Tool;
+use crate::tools::arguments::Arguments;
+
+/// A call is sent to its tool at most this often; a crash during the last
+/// delivery fails it with reason `interrupted`.
+pub const MAX_DELIVERIES: i64 = 3;
+
+/// A call a dead process was running, with the answer it was streaming into.
+pub struct Interrupted {
+    pub call: CallRow,
+    pub answer: Option<StreamingAnswer>,
+}
+
+/// Claims what dead processes left (`at_start`: see `Store::claim_dead`). Answers
+/// with no running call are failed here; the calls are returned to be finished.
+pub async fn claim(app: &App, at_start: bool) -> anyhow::Result<Vec<Interrupted>> {
+    let claimed = app.store.claim_dead(at_start).await?;
+    let mut answers: HashMap<String, StreamingAnswer> = claimed
+        .answers
+        .into_iter()
+        .map(|a| (a.id.clone(), a))
+        .collect();
+    let calls = claimed
+        .calls
+        .into_iter()
+        .map(|call| {
+            let bubble = match call.kind.as_str() {
+                "auto" => Some(call.message.clone()),
+                _ => call.run_message.clone(),
+            };
+            let answer = bubble.and_then(|id| answers.remove(&id));
+            Interrupted { call, answer }
+        })
+        .collect();
+    for answer in answers.into_values() {
+        match fail_answer(app, &answer).await {
+            Ok(()) => {
+                tracing::warn!(message = %answer.id, "an answer interrupted by a stop was marked failed")
+            }
+            Err(e) => {
+                tracing::error!(error = format!("{e:#}"), message = %answer.id, "an interrupted answer could not be marked failed")
+            }
+        }
+    }
+    Ok(calls)
+}
+
+/// What a recovered call will run as, or why it cannot run again.
+pub enum Plan {
+    Deliver(Arc<Tool>, Arguments),
+    Interrupted,
+}
+
+pub fn plan(site: Option<&Site>, call: &CallRow) -> Plan {
+    if call.deliveries > MAX_DELIVERIES {
+        return Plan::Interrupted;
+    }
+    let Some(tool) = site.and_then(|s| s.tools.get(&call.tool)) else {
+        return Plan::Interrupted;
+    };
+    // A confirmed call runs only under the configuration the visitor saw; an
+    // auto call only while its tool still runs automatically.
+    let unchanged = match call.kind.as_str() {
+        "auto" => tool.policy == Policy::Auto,
+        _ => call.config_digest.as_ref() == Some(&tool.digest),
+    };
+    if !unchanged {
+        return Plan::Interrupted;
+    }
+    match Arguments::from_canonical(call.arguments.clone()) {
+        Ok(arguments) => Plan::Deliver(Arc::clone(tool), arguments),
+        Err(_) => Plan::Interrupted,
+    }
+}
+
+/// Marks an interrupted answer failed, charging an estimate of its saved text.
+pub async fn fail_answer(app: &App, answer: &StreamingAnswer) -> anyhow::Result<()> {
+    let spent = estimate_tokens(answer.text.len()) as i64;
+    app.store.fail_answer(answer, spent).await
+}
+
+/// When finishing a recovered call failed (the database, say): the call is failed
+/// as interrupted and its answer as failed, so neither is left without an end.
+pub async fn give_up(app: &App, call: &CallRow, answer: Option<&StreamingAnswer>) {
+    if let Err(e) = app
+        .store
+        .fail_interrupted_call(call, app.clock.now_ms())
+        .await
+    {
+        tracing::error!(error = format!("{e:#}"), call = %call.id, "a recovered call could not be failed either");
+    }
+    if let Some(answer) = answer
+        && let Err(e) = fail_answer(app, answer).await
+    {
+        tracing::error!(
+            error = format!("{e:#}"),
+            "a recovered answer could not be failed either"
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! Verifying an answer to a card (SPEC §8): before anything runs, the conversation
+//! must belong to the caller, the call must be pending in it and unexpired, its
+//! tool's configuration unchanged, and the signature must match the stored call —
+//! in constant time. Every refusal is audited; nothing runs.
+
+use std::sync::Arc;
+
+use super::sign;
+use crate::app::App;
+use crate::error::ApiError;
+use crate::guard::Caller;
+use crate::ids;
+use crate::store::{AuditRow, CallRow};
+use crate::tools::Tool;
+
+/// A call that passed every check, with the tool it will run as.
+pub struct Verified {
+    pub call: CallRow,
+    pub tool: Arc<Tool>,
+}
+
+pub async fn verify_answer(
+    app: &App,
+    caller: &Caller,
+    conversation: &str,
+    call_id: &str,
+    signature: &str,
+) -> Result<Verified, ApiError> {
+    if !ids::is_valid("c", conversation) {
+        return Err(ApiError::ConversationNotFound);
+    }
+    let call = if ids::is_valid("call", call_id) {
+        app.store.call(call_id).await?
+    } else {
+        None
+    };
+    let owner = app.store.conversation_owner(conversation).await?;
+    let owned = owner
+        .is_some_and(|(site, visitor)| site == caller.site.config.id && visitor == caller.visitor);
+    if !owned {
+        if let Some(c) = call.as_ref().filter(|c| c.conversation == conversation) {
+            refuse(app, c, "foreign_conversation").await?;
+        }
+        return Err(ApiError::ConversationNotFound);
+    }
+    let call = match call {
+        Some(c) if c.conversation == conversation && c.kind == "confirmation" => c,
+        Some(c) => {
+            if c.conversation != conversation {
+                refuse(app, &c, "foreign_conversation").await?;
+            }
+            return Err(ApiError::CallNotFound);
+        }
+        None => return Err(ApiError::CallNotFound),
+    };
+    let now = app.clock.now_ms();
+    if call.status == "expired" {
+        refuse(app, &call, "late").await?;
+        return Err(ApiError::ConfirmationExpired);
+    }
+    if call.status != "pending" {
+        refuse(app, &call, "replayed").await?;
+        return Err(ApiError::CallNotPending);
+    }
+    if call.expires_at.is_none_or(|at| at <= now) {
+        app.store.expire_due(now, Some(conversation)).await?;
+        refuse(app, &call, "late").await?;
+        return Err(ApiError::ConfirmationExpired);
+    }
+    let tool = caller
+        .site
+        .tools
+        .get(&call.tool)
+        .filter(|t| Some(&t.digest) == call.config_digest.as_ref());
+    let Some(tool) = tool.cloned() else {
+        refuse(app, &call, "stale").await?;
+        return Err(ApiError::CallNotPending);
+    };
+    if !sign::verify(&app.keys.confirmations, &call, signature) {
+        // The stored signature still matching the submitted one means the row was
+        // changed after it was signed; otherwise the answer's signature is made up.
+        let stored = call.signature.as_deref().unwrap_or_default();
+        let reason = if constant_time_eq(stored.as_bytes(), signature.trim().as_bytes()) {
+            "altered"
+        } else {
+            "forged"
+        };
+        refuse(app, &call, reason).await?;
+        return Err(ApiError::SignatureInvalid);
+    }
+    Ok(Verified { call, tool })
+}
+
+pub async fn refuse(app: &App, call: &CallRow, reason: &str) -> anyhow::Result<()> {
+    tracing::warn!(call = %call.id, reason, "confirmation answer refused");
+    app.store
+        .append_audit(&AuditRow::for_call(
+            call,
+            "refused",
+            Some(reason),
+            app.clock.now_ms(),
+        ))
+        .await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.ct_eq(b))
+}
