@@ -18,6 +18,7 @@ pub mod llm;
 pub mod routes;
 pub mod secret;
 pub mod server;
+pub mod states;
 pub mod store;
 pub mod testkit;
 pub mod tools;

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::states::{CallKind, CallStatus, MessageStatus, Role};
+
 // ---- requests -------------------------------------------------------------------
 
 #[derive(Debug, Deserialize)]
@@ -133,6 +135,16 @@ pub enum TurnStatus {
     Failed,
 }
 
+impl From<TurnStatus> for MessageStatus {
+    fn from(status: TurnStatus) -> MessageStatus {
+        match status {
+            TurnStatus::Answered => MessageStatus::Answered,
+            TurnStatus::AwaitingConfirmation => MessageStatus::AwaitingConfirmation,
+            TurnStatus::Failed => MessageStatus::Failed,
+        }
+    }
+}
+
 impl TurnStatus {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -149,7 +161,7 @@ impl TurnStatus {
 pub enum StreamEvent {
     Decision {
         call: String,
-        status: &'static str,
+        status: CallStatus,
     },
     Turn {
         conversation: String,
@@ -163,7 +175,7 @@ pub enum StreamEvent {
         call: String,
         tool: String,
         label: String,
-        status: &'static str,
+        status: CallStatus,
     },
     Confirm {
         call: String,
@@ -213,10 +225,10 @@ pub struct ConversationView {
 #[derive(Debug, Serialize)]
 pub struct MessageView {
     pub id: String,
-    pub role: &'static str,
+    pub role: Role,
     pub text: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
+    pub status: Option<MessageStatus>,
     pub created_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub citations: Option<Vec<Citation>>,
@@ -229,8 +241,8 @@ pub struct StepView {
     pub call: String,
     pub tool: String,
     pub label: String,
-    pub kind: &'static str,
-    pub status: String,
+    pub kind: CallKind,
+    pub status: CallStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arguments: Option<Vec<ArgLine>>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -17,6 +17,7 @@ use crate::confirm::recover::{self as claimed, Interrupted, Plan};
 use crate::confirm::run;
 use crate::guard::Caller;
 use crate::llm::ChatMessage;
+use crate::states::CallKind;
 use crate::store::stored::decode_transcript;
 use crate::store::{BudgetShare, CallRow, CallStatus, StreamingAnswer};
 
@@ -80,7 +81,7 @@ async fn finish(app: &App, call: &CallRow, answer: Option<StreamingAnswer>) -> a
             tracing::warn!(call = %call.id, delivery = call.deliveries, "delivering an interrupted call again");
             let (outcome, status) = turn.run_tool(&call.id, tool, &arguments.value).await;
             run::record(app, call, &outcome, status).await?;
-            turn.send_step(&call.id, tool, status.as_str()).await;
+            turn.send_step(&call.id, tool, status).await;
             outcome.result
         }
         Plan::Interrupted => {
@@ -122,8 +123,8 @@ async fn finish(app: &App, call: &CallRow, answer: Option<StreamingAnswer>) -> a
 /// The transcript the turn resumes from: a card's own (for a confirmed call), or
 /// the one the answer saved before its tool round (for an auto call).
 fn transcript(call: &CallRow, answer: &StreamingAnswer) -> anyhow::Result<Vec<ChatMessage>> {
-    let text = match call.kind.as_str() {
-        "auto" => answer.context.as_deref(),
+    let text = match call.kind {
+        CallKind::Auto => answer.context.as_deref(),
         _ => call.context.as_deref(),
     };
     let text = text.ok_or_else(|| anyhow::anyhow!("no transcript was saved"))?;
@@ -140,7 +141,7 @@ async fn tool_results(
     answer: &StreamingAnswer,
     outcome: &str,
 ) -> anyhow::Result<Vec<ChatMessage>> {
-    if call.kind != "auto" {
+    if call.kind != CallKind::Auto {
         return Ok(Vec::new());
     }
     let context = decode_transcript(answer.context.as_deref().unwrap_or("[]"))?;
@@ -154,7 +155,7 @@ async fn tool_results(
             let row = rows.iter().rev().find(|r| r.model_call_id == tc.id);
             let content = match row {
                 Some(r) if r.id == call.id => outcome.to_string(),
-                Some(r) if r.status == CallStatus::Refused.as_str() => {
+                Some(r) if r.status == CallStatus::Refused => {
                     "Error: this call was refused and did not run.".to_string()
                 }
                 Some(r) => r

@@ -35,14 +35,14 @@ impl<'a> From<&'a AuditRow> for ExportRow<'a> {
     fn from(r: &'a AuditRow) -> Self {
         ExportRow {
             at: rfc3339(r.at),
-            event: r.event,
-            reason: r.reason.as_deref(),
+            event: r.event.as_str(),
+            reason: r.reason.map(|r| r.as_str()),
             call: &r.call,
             site: &r.site,
             conversation: &r.conversation,
             visitor: &r.visitor,
             tool: &r.tool,
-            policy: &r.policy,
+            policy: r.policy.as_str(),
             arguments: serde_json::from_str(&r.arguments).unwrap_or(serde_json::Value::Null),
             http_status: r.http_status,
             duration_ms: r.duration_ms,

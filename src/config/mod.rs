@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::secret::Secret;
+pub use crate::states::Policy;
 
 /// A problem found in a configuration: where it is and why it is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,24 +241,6 @@ impl Default for Limits {
             concurrent_streams: 200,
             max_message_chars: 4000,
             max_tokens_per_turn: 20_000,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Policy {
-    Off,
-    Auto,
-    Confirm,
-}
-
-impl Policy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Policy::Off => "off",
-            Policy::Auto => "auto",
-            Policy::Confirm => "confirm",
         }
     }
 }

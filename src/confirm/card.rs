@@ -7,6 +7,7 @@
 use crate::app::App;
 use crate::clock::rfc3339;
 use crate::llm::ChatMessage;
+use crate::states::AuditEvent;
 use crate::store::stored::{encode_lines, encode_transcript};
 use crate::store::{AuditRow, CallRow};
 use crate::tools::arguments::Arguments;
@@ -32,7 +33,7 @@ pub async fn raise(
     row.context = Some(encode_transcript(transcript));
     let signature = super::sign::sign(&app.keys.confirmations, &row);
     row.signature = Some(signature.clone());
-    let requested = AuditRow::for_call(&row, "requested", None, now);
+    let requested = AuditRow::for_call(&row, AuditEvent::Requested, None, now);
     app.store.insert_call(&row, &[requested]).await?;
     Ok(StreamEvent::Confirm {
         call: row.id.clone(),

@@ -6,6 +6,7 @@
 
 use crate::app::App;
 use crate::error::ApiError;
+use crate::states::Reason;
 use crate::store::{BudgetShare, CallRow, CallStatus, Decided, MessageRow};
 use crate::wire::Decision;
 
@@ -21,7 +22,7 @@ pub async fn decide(
     let now = app.clock.now_ms();
     let (to, reason) = match decision {
         Decision::Confirm => (CallStatus::Confirmed, None),
-        Decision::Cancel => (CallStatus::Cancelled, Some("visitor")),
+        Decision::Cancel => (CallStatus::Cancelled, Some(Reason::Visitor)),
     };
     let refusal = match app
         .store
@@ -30,12 +31,12 @@ pub async fn decide(
     {
         Decided::Won => return Ok(Ok(to)),
         Decided::Lost => {
-            super::refuse(app, call, "replayed").await?;
+            super::refuse(app, call, Reason::Replayed).await?;
             ApiError::CallNotPending
         }
         Decided::Late => {
             app.store.expire_due(now, Some(&call.conversation)).await?;
-            super::refuse(app, call, "late").await?;
+            super::refuse(app, call, Reason::Late).await?;
             ApiError::ConfirmationExpired
         }
         Decided::Budget(reservation) => crate::guard::budget_refusal(reservation, now),

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use crate::app::{App, Site};
 use crate::config::Policy;
 use crate::llm::estimate_tokens;
+use crate::states::CallKind;
 use crate::store::{CallRow, StreamingAnswer};
 use crate::tools::Tool;
 use crate::tools::arguments::Arguments;
@@ -40,8 +41,8 @@ pub async fn claim(app: &App, at_start: bool) -> anyhow::Result<Vec<Interrupted>
         .calls
         .into_iter()
         .map(|call| {
-            let bubble = match call.kind.as_str() {
-                "auto" => Some(call.message.clone()),
+            let bubble = match call.kind {
+                CallKind::Auto => Some(call.message.clone()),
                 _ => call.run_message.clone(),
             };
             let answer = bubble.and_then(|id| answers.remove(&id));
@@ -76,8 +77,8 @@ pub fn plan(site: Option<&Site>, call: &CallRow) -> Plan {
     };
     // A confirmed call runs only under the configuration the visitor saw; an
     // auto call only while its tool still runs automatically.
-    let unchanged = match call.kind.as_str() {
-        "auto" => tool.policy == Policy::Auto,
+    let unchanged = match call.kind {
+        CallKind::Auto => tool.policy == Policy::Auto,
         _ => call.config_digest.as_ref() == Some(&tool.digest),
     };
     if !unchanged {

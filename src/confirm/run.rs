@@ -4,6 +4,7 @@
 
 use crate::app::App;
 use crate::llm::ChatMessage;
+use crate::states::AuditEvent;
 use crate::store::stored::decode_transcript;
 use crate::store::{AuditRow, CallRow, CallStatus};
 use crate::tools::arguments::Arguments;
@@ -36,9 +37,9 @@ pub async fn record(
 /// status and the duration.
 pub fn audit_outcome(call: &CallRow, outcome: &Outcome, now: i64) -> AuditRow {
     let (event, reason) = if outcome.succeeded {
-        ("executed", None)
+        (AuditEvent::Executed, None)
     } else {
-        ("failed", outcome.failure)
+        (AuditEvent::Failed, outcome.failure)
     };
     let mut row = AuditRow::for_call(call, event, reason, now);
     row.http_status = outcome.http_status.map(i64::from);

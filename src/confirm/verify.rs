@@ -10,6 +10,7 @@ use crate::app::App;
 use crate::error::ApiError;
 use crate::guard::Caller;
 use crate::ids;
+use crate::states::{AuditEvent, CallKind, CallStatus, Reason};
 use crate::store::{AuditRow, CallRow};
 use crate::tools::Tool;
 
@@ -39,32 +40,32 @@ pub async fn verify_answer(
         .is_some_and(|(site, visitor)| site == caller.site.config.id && visitor == caller.visitor);
     if !owned {
         if let Some(c) = call.as_ref().filter(|c| c.conversation == conversation) {
-            refuse(app, c, "foreign_conversation").await?;
+            refuse(app, c, Reason::ForeignConversation).await?;
         }
         return Err(ApiError::ConversationNotFound);
     }
     let call = match call {
-        Some(c) if c.conversation == conversation && c.kind == "confirmation" => c,
+        Some(c) if c.conversation == conversation && c.kind == CallKind::Confirmation => c,
         Some(c) => {
             if c.conversation != conversation {
-                refuse(app, &c, "foreign_conversation").await?;
+                refuse(app, &c, Reason::ForeignConversation).await?;
             }
             return Err(ApiError::CallNotFound);
         }
         None => return Err(ApiError::CallNotFound),
     };
     let now = app.clock.now_ms();
-    if call.status == "expired" {
-        refuse(app, &call, "late").await?;
+    if call.status == CallStatus::Expired {
+        refuse(app, &call, Reason::Late).await?;
         return Err(ApiError::ConfirmationExpired);
     }
-    if call.status != "pending" {
-        refuse(app, &call, "replayed").await?;
+    if call.status != CallStatus::Pending {
+        refuse(app, &call, Reason::Replayed).await?;
         return Err(ApiError::CallNotPending);
     }
     if call.expires_at.is_none_or(|at| at <= now) {
         app.store.expire_due(now, Some(conversation)).await?;
-        refuse(app, &call, "late").await?;
+        refuse(app, &call, Reason::Late).await?;
         return Err(ApiError::ConfirmationExpired);
     }
     let tool = caller
@@ -73,7 +74,7 @@ pub async fn verify_answer(
         .get(&call.tool)
         .filter(|t| Some(&t.digest) == call.config_digest.as_ref());
     let Some(tool) = tool.cloned() else {
-        refuse(app, &call, "stale").await?;
+        refuse(app, &call, Reason::Stale).await?;
         return Err(ApiError::CallNotPending);
     };
     if !sign::verify(&app.keys.confirmations, &call, signature) {
@@ -81,9 +82,9 @@ pub async fn verify_answer(
         // changed after it was signed; otherwise the answer's signature is made up.
         let stored = call.signature.as_deref().unwrap_or_default();
         let reason = if constant_time_eq(stored.as_bytes(), signature.trim().as_bytes()) {
-            "altered"
+            Reason::Altered
         } else {
-            "forged"
+            Reason::Forged
         };
         refuse(app, &call, reason).await?;
         return Err(ApiError::SignatureInvalid);
@@ -91,12 +92,12 @@ pub async fn verify_answer(
     Ok(Verified { call, tool })
 }
 
-pub async fn refuse(app: &App, call: &CallRow, reason: &str) -> anyhow::Result<()> {
-    tracing::warn!(call = %call.id, reason, "confirmation answer refused");
+pub async fn refuse(app: &App, call: &CallRow, reason: Reason) -> anyhow::Result<()> {
+    tracing::warn!(call = %call.id, reason = reason.as_str(), "confirmation answer refused");
     app.store
         .append_audit(&AuditRow::for_call(
             call,
-            "refused",
+            AuditEvent::Refused,
             Some(reason),
             app.clock.now_ms(),
         ))

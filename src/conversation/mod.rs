@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use crate::app::App;
 use crate::clock::rfc3339;
 use crate::error::ApiError;
+use crate::states::{CallKind, CallStatus, Role};
 use crate::store::stored::{StoredError, decode_citations, decode_lines};
 use crate::store::{CallRow, MessageRow};
 use crate::wire::{ArgLine, Citation, ConversationView, MessageView, StepView};
@@ -46,7 +47,7 @@ async fn show(
 
 fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -> ConversationView {
     let mut steps: HashMap<&str, Vec<StepView>> = HashMap::new();
-    for call in calls.iter().filter(|c| c.status != "refused") {
+    for call in calls.iter().filter(|c| c.status != CallStatus::Refused) {
         steps
             .entry(call.message.as_str())
             .or_default()
@@ -55,13 +56,13 @@ fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -> Conversat
             steps
                 .entry(message.as_str())
                 .or_default()
-                .push(run_step(call, status));
+                .push(run_step(call, *status));
         }
     }
     let messages = messages
         .into_iter()
         .map(|m| {
-            let assistant = m.role == "assistant";
+            let assistant = m.role == Role::Assistant;
             let citations: Option<Vec<Citation>> = assistant.then(|| {
                 m.citations
                     .as_deref()
@@ -69,8 +70,8 @@ fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -> Conversat
                     .unwrap_or_default()
             });
             MessageView {
-                role: if assistant { "assistant" } else { "visitor" },
-                status: assistant.then(|| m.status.clone()),
+                role: m.role,
+                status: assistant.then_some(m.status),
                 created_at: rfc3339(m.created_at),
                 citations,
                 steps: assistant.then(|| steps.remove(m.id.as_str()).unwrap_or_default()),
@@ -83,7 +84,7 @@ fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -> Conversat
 }
 
 fn step(call: &CallRow) -> StepView {
-    let confirmation = call.kind == "confirmation";
+    let confirmation = call.kind == CallKind::Confirmation;
     let decoded = call.lines.as_deref().map(decode_lines);
     // A card whose lines cannot be shown cannot be answered: without its lines
     // the visitor would confirm a call they never saw, so no signature is given.
@@ -94,14 +95,14 @@ fn step(call: &CallRow) -> StepView {
         call: call.id.clone(),
         tool: call.tool.clone(),
         label: call.label.clone(),
-        kind: if confirmation { "confirmation" } else { "auto" },
-        status: call.status.clone(),
+        kind: call.kind,
+        status: call.status,
         arguments: lines,
         expires_at: call.expires_at.filter(|_| confirmation).map(rfc3339),
         signature: call
             .signature
             .clone()
-            .filter(|_| call.status == "pending" && readable),
+            .filter(|_| call.status == CallStatus::Pending && readable),
         decided_at: confirmation.then(|| call.decided_at.map(rfc3339)),
     }
 }
@@ -116,13 +117,13 @@ fn stored<T>(row: &str, decoded: Result<Vec<T>, StoredError>) -> Vec<T> {
 }
 
 /// The run of a confirmed call, shown on the continuation's message.
-fn run_step(call: &CallRow, status: &str) -> StepView {
+fn run_step(call: &CallRow, status: CallStatus) -> StepView {
     StepView {
         call: call.id.clone(),
         tool: call.tool.clone(),
         label: call.label.clone(),
-        kind: "confirmation",
-        status: status.to_string(),
+        kind: CallKind::Confirmation,
+        status,
         arguments: None,
         expires_at: None,
         signature: None,

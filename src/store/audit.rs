@@ -4,21 +4,22 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::Store;
+use super::{Store, optional_state, state};
 use crate::clock::Millis;
 use crate::ids::new_id;
+use crate::states::{AuditEvent, Policy, Reason};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRow {
     pub at: Millis,
-    pub event: &'static str,
-    pub reason: Option<String>,
+    pub event: AuditEvent,
+    pub reason: Option<Reason>,
     pub call: String,
     pub site: String,
     pub conversation: String,
     pub visitor: String,
     pub tool: String,
-    pub policy: String,
+    pub policy: Policy,
     /// Canonical JSON (RFC 8785) of the call's arguments.
     pub arguments: String,
     pub http_status: Option<i64>,
@@ -36,14 +37,14 @@ where
     )
     .bind(new_id("a"))
     .bind(row.at)
-    .bind(row.event)
-    .bind(&row.reason)
+    .bind(row.event.as_str())
+    .bind(row.reason.map(Reason::as_str))
     .bind(&row.call)
     .bind(&row.site)
     .bind(&row.conversation)
     .bind(&row.visitor)
     .bind(&row.tool)
-    .bind(&row.policy)
+    .bind(row.policy.as_str())
     .bind(&row.arguments)
     .bind(row.http_status)
     .bind(row.duration_ms)
@@ -53,17 +54,16 @@ where
 }
 
 fn audit_row(row: &AnyRow) -> Result<AuditRow, sqlx::Error> {
-    let event: String = row.try_get("event")?;
     Ok(AuditRow {
         at: row.try_get("at")?,
-        event: event_name(&event),
-        reason: row.try_get("reason")?,
+        event: state(row, "event", AuditEvent::parse)?,
+        reason: optional_state(row, "reason", Reason::parse)?,
         call: row.try_get("call")?,
         site: row.try_get("site")?,
         conversation: row.try_get("conversation")?,
         visitor: row.try_get("visitor")?,
         tool: row.try_get("tool")?,
-        policy: row.try_get("policy")?,
+        policy: state(row, "policy", Policy::parse)?,
         arguments: row.try_get("arguments")?,
         http_status: row.try_get("http_status")?,
         duration_ms: row.try_get("duration_ms")?,
@@ -108,23 +108,4 @@ impl Store {
         .await?;
         Ok(rows.iter().map(audit_row).collect::<Result<_, _>>()?)
     }
-}
-
-/// The fixed set of audit events; anything else read back is reported as unknown.
-pub const EVENTS: &[&str] = &[
-    "requested",
-    "confirmed",
-    "cancelled",
-    "expired",
-    "executed",
-    "failed",
-    "refused",
-];
-
-fn event_name(text: &str) -> &'static str {
-    EVENTS
-        .iter()
-        .find(|e| **e == text)
-        .copied()
-        .unwrap_or("unknown")
 }

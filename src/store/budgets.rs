@@ -6,6 +6,7 @@
 use sqlx::Row;
 
 use super::Store;
+use crate::states::MessageStatus;
 
 /// A turn's reservation of its site's daily budget.
 #[derive(Debug, Clone)]
@@ -121,7 +122,7 @@ where
 {
     sqlx::query(
         "UPDATE budgets SET reserved = reserved - $3, spent = spent + $4 WHERE site = $1 AND day = $2 \
-         AND EXISTS (SELECT 1 FROM messages WHERE id = $5 AND status = 'streaming' AND owner = $6)",
+         AND EXISTS (SELECT 1 FROM messages WHERE id = $5 AND status = $7 AND owner = $6)",
     )
     .bind(&share.site)
     .bind(&share.day)
@@ -129,6 +130,7 @@ where
     .bind(spent)
     .bind(message)
     .bind(owner)
+    .bind(MessageStatus::Streaming.as_str())
     .execute(executor)
     .await?;
     Ok(())

@@ -7,35 +7,10 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::audit::{self, AuditRow};
-use super::{Store, sql};
+use super::{Store, optional_state, sql, state};
 use crate::clock::Millis;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallStatus {
-    Running,
-    Succeeded,
-    Failed,
-    Refused,
-    Pending,
-    Confirmed,
-    Cancelled,
-    Expired,
-}
-
-impl CallStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CallStatus::Running => "running",
-            CallStatus::Succeeded => "succeeded",
-            CallStatus::Failed => "failed",
-            CallStatus::Refused => "refused",
-            CallStatus::Pending => "pending",
-            CallStatus::Confirmed => "confirmed",
-            CallStatus::Cancelled => "cancelled",
-            CallStatus::Expired => "expired",
-        }
-    }
-}
+pub use crate::states::CallStatus;
+use crate::states::{AuditEvent, CallKind, MessageStatus, Policy, Reason};
 
 /// How an answer's attempt at the pending → decided transition ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +25,7 @@ pub enum Decided {
     Budget(super::Reservation),
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct CallRow {
     pub id: String,
     pub model_call_id: String,
@@ -61,24 +36,23 @@ pub struct CallRow {
     pub visitor: String,
     pub tool: String,
     pub label: String,
-    pub policy: String,
-    /// `auto` or `confirmation`.
-    pub kind: String,
+    pub policy: Policy,
+    pub kind: CallKind,
     /// Canonical JSON (RFC 8785).
     pub arguments: String,
     /// The rendered argument lines as JSON, for confirmations.
     pub lines: Option<String>,
-    pub status: String,
+    pub status: CallStatus,
     pub config_digest: Option<String>,
     pub expires_at: Option<Millis>,
     pub signature: Option<String>,
     pub decided_at: Option<Millis>,
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     /// The model transcript of the turn up to this call, to resume it.
     pub context: Option<String>,
     /// The message of the continuation that ran a confirmed call, and how it went.
     pub run_message: Option<String>,
-    pub run_status: Option<String>,
+    pub run_status: Option<CallStatus>,
     pub created_at: Millis,
     /// The process running the call (auto, or confirmed), until its outcome is
     /// recorded; then none.
@@ -91,17 +65,17 @@ pub struct CallRow {
 
 /// A call's audit rows carry the call's identity and its canonical arguments.
 impl AuditRow {
-    pub fn for_call(call: &CallRow, event: &'static str, reason: Option<&str>, at: Millis) -> Self {
+    pub fn for_call(call: &CallRow, event: AuditEvent, reason: Option<Reason>, at: Millis) -> Self {
         Self {
             at,
             event,
-            reason: reason.map(str::to_string),
+            reason,
             call: call.id.clone(),
             site: call.site.clone(),
             conversation: call.conversation.clone(),
             visitor: call.visitor.clone(),
             tool: call.tool.clone(),
-            policy: call.policy.clone(),
+            policy: call.policy,
             arguments: call.arguments.clone(),
             http_status: None,
             duration_ms: None,
@@ -123,19 +97,19 @@ pub(super) fn call(row: &AnyRow) -> Result<CallRow, sqlx::Error> {
         visitor: row.try_get("visitor")?,
         tool: row.try_get("tool")?,
         label: row.try_get("label")?,
-        policy: row.try_get("policy")?,
-        kind: row.try_get("kind")?,
+        policy: state(row, "policy", Policy::parse)?,
+        kind: state(row, "kind", CallKind::parse)?,
         arguments: row.try_get("arguments")?,
         lines: row.try_get("lines")?,
-        status: row.try_get("status")?,
+        status: state(row, "status", CallStatus::parse)?,
         config_digest: row.try_get("config_digest")?,
         expires_at: row.try_get("expires_at")?,
         signature: row.try_get("signature")?,
         decided_at: row.try_get("decided_at")?,
-        reason: row.try_get("reason")?,
+        reason: optional_state(row, "reason", Reason::parse)?,
         context: row.try_get("context")?,
         run_message: row.try_get("run_message")?,
-        run_status: row.try_get("run_status")?,
+        run_status: optional_state(row, "run_status", CallStatus::parse)?,
         created_at: row.try_get("created_at")?,
         owner: row.try_get("owner")?,
         deliveries: row.try_get("deliveries")?,
@@ -159,19 +133,19 @@ impl Store {
         .bind(&c.visitor)
         .bind(&c.tool)
         .bind(&c.label)
-        .bind(&c.policy)
-        .bind(&c.kind)
+        .bind(c.policy.as_str())
+        .bind(c.kind.as_str())
         .bind(&c.arguments)
         .bind(&c.lines)
-        .bind(&c.status)
+        .bind(c.status.as_str())
         .bind(&c.config_digest)
         .bind(c.expires_at)
         .bind(&c.signature)
         .bind(c.decided_at)
-        .bind(&c.reason)
+        .bind(c.reason.map(|s| s.as_str()))
         .bind(&c.context)
         .bind(&c.run_message)
-        .bind(&c.run_status)
+        .bind(c.run_status.map(|s| s.as_str()))
         .bind(c.created_at)
         .bind(&c.owner)
         .bind(c.deliveries)
@@ -213,8 +187,8 @@ impl Store {
         result: Option<&str>,
         audit_row: &AuditRow,
     ) -> anyhow::Result<()> {
-        let column = match call.kind.as_str() {
-            "auto" => "status",
+        let column = match call.kind {
+            CallKind::Auto => "status",
             _ => "run_status",
         };
         let mut tx = self.writer().begin().await?;
@@ -241,7 +215,7 @@ impl Store {
     /// A call whose deliveries were all interrupted by crashes: it is failed with
     /// reason `interrupted` and never sent again.
     pub async fn fail_interrupted_call(&self, c: &CallRow, now: Millis) -> anyhow::Result<()> {
-        let audit_row = AuditRow::for_call(c, "failed", Some("interrupted"), now);
+        let audit_row = AuditRow::for_call(c, AuditEvent::Failed, Some(Reason::Interrupted), now);
         self.record_outcome(c, CallStatus::Failed, None, &audit_row)
             .await
     }
@@ -279,7 +253,7 @@ impl Store {
         &self,
         c: &CallRow,
         to: CallStatus,
-        reason: Option<&str>,
+        reason: Option<Reason>,
         now: Millis,
         bubble: &super::MessageRow,
         budget: Option<&super::BudgetShare>,
@@ -294,7 +268,7 @@ impl Store {
         let (run_message, run_status, owner, deliveries) = match to {
             CallStatus::Confirmed => (
                 Some(bubble.id.as_str()),
-                Some("running"),
+                Some(CallStatus::Running.as_str()),
                 Some(self.owner()),
                 1,
             ),
@@ -302,16 +276,17 @@ impl Store {
         };
         let won = sqlx::query(
             "UPDATE calls SET status = $1, decided_at = $2, reason = $3, run_message = $5, run_status = $6, owner = $7, deliveries = $8 \
-             WHERE id = $4 AND status = 'pending' AND expires_at > $2",
+             WHERE id = $4 AND status = $9 AND expires_at > $2",
         )
         .bind(to.as_str())
         .bind(now)
-        .bind(reason)
+        .bind(reason.map(Reason::as_str))
         .bind(&c.id)
         .bind(run_message)
         .bind(run_status)
         .bind(owner)
         .bind(deliveries)
+        .bind(CallStatus::Pending.as_str())
         .execute(&mut *tx)
         .await?
         .rows_affected()
@@ -340,7 +315,11 @@ impl Store {
                 Decided::Lost
             });
         }
-        audit::insert(&mut *tx, &AuditRow::for_call(c, to.as_str(), reason, now)).await?;
+        let event = match to {
+            CallStatus::Confirmed => AuditEvent::Confirmed,
+            _ => AuditEvent::Cancelled,
+        };
+        audit::insert(&mut *tx, &AuditRow::for_call(c, event, reason, now)).await?;
         close_card_message(&mut tx, &c.message).await?;
         super::conversations::insert_message(&mut *tx, bubble).await?;
         tx.commit().await?;
@@ -372,20 +351,24 @@ pub(super) async fn expire_in(
     let rows = match conversation {
         Some(conv) => {
             sqlx::query(sql(format!(
-                "UPDATE calls SET status = 'expired', decided_at = expires_at \
-                 WHERE status = 'pending' AND expires_at <= $1 AND conversation = $2 RETURNING {COLUMNS}"
+                "UPDATE calls SET status = $3, decided_at = expires_at \
+                 WHERE status = $4 AND expires_at <= $1 AND conversation = $2 RETURNING {COLUMNS}"
             )))
             .bind(now)
             .bind(conv)
+            .bind(CallStatus::Expired.as_str())
+            .bind(CallStatus::Pending.as_str())
             .fetch_all(&mut **tx)
             .await?
         }
         None => {
             sqlx::query(sql(format!(
-                "UPDATE calls SET status = 'expired', decided_at = expires_at \
-                 WHERE status = 'pending' AND expires_at <= $1 RETURNING {COLUMNS}"
+                "UPDATE calls SET status = $2, decided_at = expires_at \
+                 WHERE status = $3 AND expires_at <= $1 RETURNING {COLUMNS}"
             )))
             .bind(now)
+            .bind(CallStatus::Expired.as_str())
+            .bind(CallStatus::Pending.as_str())
             .fetch_all(&mut **tx)
             .await?
         }
@@ -393,7 +376,11 @@ pub(super) async fn expire_in(
     let expired: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
     for c in &expired {
         let at = c.expires_at.unwrap_or(now);
-        audit::insert(&mut **tx, &AuditRow::for_call(c, "expired", None, at)).await?;
+        audit::insert(
+            &mut **tx,
+            &AuditRow::for_call(c, AuditEvent::Expired, None, at),
+        )
+        .await?;
         close_card_message(tx, &c.message).await?;
     }
     Ok(expired)
@@ -407,18 +394,21 @@ pub(super) async fn supersede_in(
     now: Millis,
 ) -> Result<Vec<CallRow>, sqlx::Error> {
     let rows = sqlx::query(sql(format!(
-        "UPDATE calls SET status = 'cancelled', decided_at = $1, reason = 'superseded' \
-         WHERE status = 'pending' AND conversation = $2 RETURNING {COLUMNS}"
+        "UPDATE calls SET status = $3, decided_at = $1, reason = $4 \
+         WHERE status = $5 AND conversation = $2 RETURNING {COLUMNS}"
     )))
     .bind(now)
     .bind(conversation)
+    .bind(CallStatus::Cancelled.as_str())
+    .bind(Reason::Superseded.as_str())
+    .bind(CallStatus::Pending.as_str())
     .fetch_all(&mut **tx)
     .await?;
     let superseded: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
     for c in &superseded {
         audit::insert(
             &mut **tx,
-            &AuditRow::for_call(c, "cancelled", Some("superseded"), now),
+            &AuditRow::for_call(c, AuditEvent::Cancelled, Some(Reason::Superseded), now),
         )
         .await?;
         close_card_message(tx, &c.message).await?;
@@ -428,8 +418,10 @@ pub(super) async fn supersede_in(
 
 /// Once its card is decided, the message that raised it is no longer waiting.
 async fn close_card_message(tx: &mut Tx<'_>, message: &str) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE messages SET status = 'answered' WHERE id = $1 AND status = 'awaiting_confirmation'")
+    sqlx::query("UPDATE messages SET status = $2 WHERE id = $1 AND status = $3")
         .bind(message)
+        .bind(MessageStatus::Answered.as_str())
+        .bind(MessageStatus::AwaitingConfirmation.as_str())
         .execute(&mut **tx)
         .await?;
     Ok(())

@@ -1,23 +1,24 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::Store;
+use super::{Store, state};
 use crate::clock::Millis;
+use crate::states::{MessageStatus, Role};
 use crate::wire::Usage;
 
 /// The status of an assistant message while its answer is still streaming. It is
 /// internal: history leaves such messages out, and a start after a crash marks
 /// them failed.
-pub const STREAMING: &str = "streaming";
+pub const STREAMING: MessageStatus = MessageStatus::Streaming;
 
 #[derive(Debug, Clone)]
 pub struct MessageRow {
     pub id: String,
     pub conversation: String,
     pub turn: String,
-    pub role: String,
+    pub role: Role,
     pub text: String,
-    pub status: String,
+    pub status: MessageStatus,
     pub citations: Option<String>,
     pub created_at: Millis,
     /// For an answer: the process streaming it (see `leases.rs`).
@@ -39,9 +40,9 @@ where
     .bind(&m.id)
     .bind(&m.conversation)
     .bind(&m.turn)
-    .bind(&m.role)
+    .bind(m.role.as_str())
     .bind(&m.text)
-    .bind(&m.status)
+    .bind(m.status.as_str())
     .bind(&m.citations)
     .bind(m.created_at)
     .bind(&m.owner)
@@ -57,9 +58,9 @@ fn message(row: &AnyRow) -> Result<MessageRow, sqlx::Error> {
         id: row.try_get("id")?,
         conversation: row.try_get("conversation")?,
         turn: row.try_get("turn")?,
-        role: row.try_get("role")?,
+        role: state(row, "role", Role::parse)?,
         text: row.try_get("text")?,
-        status: row.try_get("status")?,
+        status: state(row, "status", MessageStatus::parse)?,
         citations: row.try_get("citations")?,
         created_at: row.try_get("created_at")?,
         owner: None,
@@ -93,7 +94,7 @@ impl Store {
              WHERE conversation = $1 AND status <> $2 ORDER BY created_at, id",
         )
         .bind(conversation)
-        .bind(STREAMING)
+        .bind(STREAMING.as_str())
         .fetch_all(self.pool())
         .await?;
         Ok(rows.iter().map(message).collect::<Result<_, _>>()?)
@@ -111,7 +112,7 @@ impl Store {
              WHERE conversation = $1 AND status <> $2 ORDER BY created_at DESC, id DESC LIMIT $3",
         )
         .bind(conversation)
-        .bind(STREAMING)
+        .bind(STREAMING.as_str())
         .bind(limit)
         .fetch_all(self.pool())
         .await?;
@@ -126,10 +127,11 @@ impl Store {
     /// Only messages started before `before` are touched.
     pub async fn fail_interrupted_messages(&self, before: Millis) -> anyhow::Result<u64> {
         let done = sqlx::query(
-            "UPDATE messages SET status = 'failed' WHERE status = $1 AND created_at < $2 AND owner IS NULL",
+            "UPDATE messages SET status = $3 WHERE status = $1 AND created_at < $2 AND owner IS NULL",
         )
-        .bind(STREAMING)
+        .bind(STREAMING.as_str())
         .bind(before)
+        .bind(MessageStatus::Failed.as_str())
         .execute(self.writer())
         .await?;
         Ok(done.rows_affected())

@@ -7,6 +7,7 @@ use sqlx::Row;
 
 use super::calls::{COLUMNS, call};
 use super::{BudgetShare, CallRow, Store, sql};
+use crate::states::MessageStatus;
 
 /// How long a lease holds without renewal unless `[server] lease_s` says otherwise.
 pub const DEFAULT_LEASE_MS: i64 = 15_000;
@@ -126,9 +127,10 @@ impl Store {
         let dead = sqlx::query(sql(format!(
             "SELECT owner, 1 AS leased FROM leases WHERE owner <> $1 AND {lapsed} \
              UNION SELECT DISTINCT owner, 0 AS leased FROM calls WHERE owner IS NOT NULL AND owner NOT IN (SELECT owner FROM leases) \
-             UNION SELECT DISTINCT owner, 0 AS leased FROM messages WHERE status = 'streaming' AND owner IS NOT NULL AND owner NOT IN (SELECT owner FROM leases)"
+             UNION SELECT DISTINCT owner, 0 AS leased FROM messages WHERE status = $2 AND owner IS NOT NULL AND owner NOT IN (SELECT owner FROM leases)"
         )))
         .bind(self.owner())
+        .bind(MessageStatus::Streaming.as_str())
         .fetch_all(self.writer())
         .await?;
         let mut claimed = Claimed::default();
@@ -181,10 +183,11 @@ impl Store {
             calls_claimed.push(call(row)?);
         }
         let ids: Vec<String> = sqlx::query(
-            "UPDATE messages SET owner = $1 WHERE owner = $2 AND status = 'streaming' RETURNING id",
+            "UPDATE messages SET owner = $1 WHERE owner = $2 AND status = $3 RETURNING id",
         )
         .bind(self.owner())
         .bind(dead)
+        .bind(MessageStatus::Streaming.as_str())
         .fetch_all(&mut *tx)
         .await?
         .iter()
@@ -251,13 +254,13 @@ impl Store {
         if let Some(share) = share {
             super::budgets::settle_once(&mut *tx, share, spent, message, self.owner()).await?;
         }
-        sqlx::query(
-            "UPDATE messages SET status = 'failed' WHERE id = $1 AND status = 'streaming' AND owner = $2",
-        )
-        .bind(message)
-        .bind(self.owner())
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query("UPDATE messages SET status = $3 WHERE id = $1 AND status = $4 AND owner = $2")
+            .bind(message)
+            .bind(self.owner())
+            .bind(MessageStatus::Failed.as_str())
+            .bind(MessageStatus::Streaming.as_str())
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -271,11 +274,12 @@ impl Store {
         context: Option<&str>,
     ) -> anyhow::Result<()> {
         sqlx::query(
-            "UPDATE messages SET text = $2, context = COALESCE($3, context) WHERE id = $1 AND status = 'streaming'",
+            "UPDATE messages SET text = $2, context = COALESCE($3, context) WHERE id = $1 AND status = $4",
         )
         .bind(message)
         .bind(text)
         .bind(context)
+        .bind(MessageStatus::Streaming.as_str())
         .execute(self.writer())
         .await?;
         Ok(())

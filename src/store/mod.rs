@@ -15,10 +15,11 @@ pub mod stored;
 mod turns;
 mod visitors;
 
+pub use crate::states::{AuditEvent, CallKind, CallStatus, MessageStatus, Reason, Role};
 pub use audit::AuditRow;
 pub use budgets::BudgetShare;
 pub use budgets::Reservation;
-pub use calls::{CallRow, CallStatus, Decided};
+pub use calls::{CallRow, Decided};
 pub use conversations::{MessageRow, STREAMING};
 pub use leases::{Claimed, StreamingAnswer};
 pub use turns::{TurnEnd, TurnStart};
@@ -70,6 +71,38 @@ pub struct Store {
 
 /// A transaction on either backend.
 pub(crate) type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
+
+/// Reads a state kept as TEXT (`states.rs`); a value it does not know is a
+/// decode error, never a default.
+pub(crate) fn state<T>(
+    row: &sqlx::any::AnyRow,
+    column: &str,
+    parse: fn(&str) -> Result<T, crate::states::UnknownState>,
+) -> Result<T, sqlx::Error> {
+    use sqlx::Row;
+    let text: String = row.try_get(column)?;
+    parse(&text).map_err(|e| sqlx::Error::ColumnDecode {
+        index: column.to_string(),
+        source: Box::new(e),
+    })
+}
+
+/// Reads a state kept as nullable TEXT.
+pub(crate) fn optional_state<T>(
+    row: &sqlx::any::AnyRow,
+    column: &str,
+    parse: fn(&str) -> Result<T, crate::states::UnknownState>,
+) -> Result<Option<T>, sqlx::Error> {
+    use sqlx::Row;
+    let text: Option<String> = row.try_get(column)?;
+    text.map(|t| {
+        parse(&t).map_err(|e| sqlx::Error::ColumnDecode {
+            index: column.to_string(),
+            source: Box::new(e),
+        })
+    })
+    .transpose()
+}
 
 /// SQL assembled from constant parts (column lists), never from input.
 pub(crate) fn sql(text: String) -> sqlx::AssertSqlSafe<String> {

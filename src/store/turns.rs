@@ -17,6 +17,7 @@ use crate::wire::Usage;
 const BATCH: usize = 128;
 
 use super::Tx;
+use crate::states::MessageStatus;
 
 pub struct TurnStart {
     pub conversation: String,
@@ -34,7 +35,7 @@ pub struct TurnStart {
 pub struct TurnEnd {
     pub message: String,
     pub text: String,
-    pub status: String,
+    pub status: MessageStatus,
     pub citations: Option<String>,
     pub usage: Usage,
     /// Tokens spent in model rounds whose provider reported no usage (a stream cut
@@ -142,15 +143,16 @@ async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<(), sqlx::Error> {
     }
     sqlx::query(
         "UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 \
-         WHERE id = $6 AND status = 'streaming' AND owner = $7",
+         WHERE id = $6 AND status = $8 AND owner = $7",
     )
     .bind(&e.text)
-    .bind(&e.status)
+    .bind(e.status.as_str())
     .bind(&e.citations)
     .bind(e.usage.input_tokens as i64)
     .bind(e.usage.output_tokens as i64)
     .bind(&e.message)
     .bind(&e.owner)
+    .bind(MessageStatus::Streaming.as_str())
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::Tool;
 use crate::secret::hmac_sha256;
+use crate::states::Reason;
 
 /// Results are cut here: the model needs a summary, not a data dump.
 pub const MAX_RESULT_BYTES: usize = 16 * 1024;
@@ -30,7 +31,7 @@ pub struct Outcome {
     /// The response body (cut at 16 KiB) or a description of the failure.
     pub result: String,
     /// Why it failed: `timeout`, `unreachable` or `http_status`.
-    pub failure: Option<&'static str>,
+    pub failure: Option<Reason>,
     pub duration_ms: i64,
 }
 
@@ -66,7 +67,7 @@ impl Executor {
                 succeeded: false,
                 http_status: Some(status),
                 result: format!("The tool failed with HTTP status {status}. {body}"),
-                failure: Some("http_status"),
+                failure: Some(Reason::HttpStatus),
                 duration_ms,
             },
             Ok(Err(e)) => {
@@ -75,7 +76,7 @@ impl Executor {
                     succeeded: false,
                     http_status: None,
                     result: "The tool could not be reached.".into(),
-                    failure: Some("unreachable"),
+                    failure: Some(Reason::Unreachable),
                     duration_ms,
                 }
             }
@@ -86,7 +87,7 @@ impl Executor {
                     "The tool did not answer within {} seconds.",
                     tool.timeout.as_secs_f64()
                 ),
-                failure: Some("timeout"),
+                failure: Some(Reason::Timeout),
                 duration_ms,
             },
         }

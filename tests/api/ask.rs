@@ -421,15 +421,16 @@ async fn the_model_sees_the_last_twenty_messages_in_order() {
 
 #[tokio::test]
 async fn a_failing_write_in_a_group_commit_fails_alone() {
+    use deskbell::states::{MessageStatus, Role};
     use deskbell::store::{MessageRow, TurnStart};
     let t = TestApp::start().await;
-    let row = |conversation: &str, id: String, role: &str| MessageRow {
+    let row = |conversation: &str, id: String, role: Role| MessageRow {
         id,
         conversation: conversation.to_string(),
         turn: deskbell::ids::new_id("t"),
-        role: role.into(),
+        role,
         text: "hello".into(),
-        status: "sent".into(),
+        status: MessageStatus::Sent,
         citations: None,
         created_at: 1,
         owner: None,
@@ -442,8 +443,8 @@ async fn a_failing_write_in_a_group_commit_fails_alone() {
         site: "acme".into(),
         visitor: "v_x".into(),
         now: 1,
-        visitor_message: row(conversation, deskbell::ids::new_id("m"), "visitor"),
-        bubble: row(conversation, deskbell::ids::new_id("m"), "assistant"),
+        visitor_message: row(conversation, deskbell::ids::new_id("m"), Role::Visitor),
+        bubble: row(conversation, deskbell::ids::new_id("m"), Role::Assistant),
         budget: None,
     };
     // Twenty new conversations, and one that reuses the first one's id: they reach

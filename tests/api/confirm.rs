@@ -42,7 +42,7 @@ async fn a_confirm_call_stops_the_turn_with_a_card_and_runs_nothing() {
     let call = card["call"].as_str().unwrap();
     assert_eq!(t.audit_events(call).await, ["requested"]);
     let audit = t.app.store.audit_for_call(call).await.unwrap();
-    assert_eq!(audit[0].policy, "confirm");
+    assert_eq!(audit[0].policy.as_str(), "confirm");
     assert_eq!(audit[0].arguments, r#"{"order_id":42}"#);
 
     let h = t.history(&token, &r.conversation()).await;
@@ -493,7 +493,7 @@ async fn only_one_card_per_turn_and_the_model_is_told_why() {
     let refund: Vec<String> = rows
         .iter()
         .filter(|r| r.tool == "refund")
-        .map(|r| format!("{}:{}", r.event, r.reason.clone().unwrap_or_default()))
+        .map(|r| format!("{}:{}", r.event, r.reason.map_or("", |r| r.as_str())))
         .collect();
     assert_eq!(refund, ["requested:", "refused:one_per_turn"]);
     // On confirm, the model learns the second call did not run, and a confirm call
@@ -608,8 +608,8 @@ async fn unknown_off_and_invalid_calls_are_refused_and_the_model_is_told_why() {
         .audit()
         .await
         .iter()
-        .filter(|r| r.event == "refused")
-        .map(|r| r.reason.clone().unwrap())
+        .filter(|r| r.event.as_str() == "refused")
+        .map(|r| r.reason.unwrap().to_string())
         .collect();
     assert_eq!(
         reasons,
@@ -671,8 +671,8 @@ async fn a_failing_or_slow_tool_is_a_failed_step_the_model_hears_about() {
         .audit()
         .await
         .iter()
-        .filter(|r| r.event == "failed")
-        .map(|r| r.reason.clone().unwrap())
+        .filter(|r| r.event.as_str() == "failed")
+        .map(|r| r.reason.unwrap().to_string())
         .collect();
     assert_eq!(failures, ["http_status", "timeout", "http_status"]);
     let told = t.llm.requests()[1]["messages"].to_string();

@@ -149,7 +149,7 @@ async fn a_number_a_double_cannot_hold_is_refused_and_the_model_told_to_send_a_s
     let rows = t.audit().await;
     let events: Vec<_> = rows
         .iter()
-        .map(|r| (r.event, r.reason.as_deref()))
+        .map(|r| (r.event.as_str(), r.reason.map(|r| r.as_str())))
         .collect();
     assert_eq!(
         events,
@@ -417,7 +417,7 @@ async fn a_stored_transcript_that_does_not_parse_leaves_the_card_undecided() {
         "nothing was decided"
     );
     let stored = t.app.store.call(call).await.unwrap().unwrap();
-    assert_eq!(stored.status, "pending");
+    assert_eq!(stored.status.as_str(), "pending");
 }
 
 #[tokio::test]
@@ -445,9 +445,9 @@ fn continuation_bubble(
         id: deskbell::ids::new_id("m"),
         conversation: call.conversation.clone(),
         turn: call.turn.clone(),
-        role: "assistant".into(),
+        role: deskbell::states::Role::Assistant,
         text: String::new(),
-        status: "streaming".into(),
+        status: deskbell::states::MessageStatus::Streaming,
         citations: None,
         created_at: at,
         owner: None,

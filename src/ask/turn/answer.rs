@@ -8,6 +8,7 @@ use crate::ask::prompt::{self, Part};
 use crate::confirm::{self, Verified};
 use crate::ids::new_id;
 use crate::llm::{ChatMessage, ModelStream, ProviderError};
+use crate::states::CallKind;
 use crate::store::{BudgetShare, CallRow, StreamingAnswer};
 use crate::tools::Tool;
 use crate::tools::arguments::Arguments;
@@ -47,7 +48,7 @@ impl Turn {
         self.sink
             .send(StreamEvent::Decision {
                 call: call.id.clone(),
-                status: to.as_str(),
+                status: to,
             })
             .await;
         self.announce(&bubble.id).await;
@@ -108,7 +109,7 @@ impl Turn {
         self.conversation = call.conversation.clone();
         self.turn = answer.map_or_else(|| call.turn.clone(), |a| a.turn.clone());
         // A continuation after a card raises no second one.
-        self.card_raised = call.kind != "auto";
+        self.card_raised = call.kind != CallKind::Auto;
     }
 
     /// Finishes a turn whose process died while `call` ran: the transcript, what
@@ -125,8 +126,8 @@ impl Turn {
     ) -> anyhow::Result<()> {
         // The dead turn's reservation is settled with this bubble's final write.
         self.recovered_share = reserved;
-        let messages = match call.kind.as_str() {
-            "auto" => {
+        let messages = match call.kind {
+            CallKind::Auto => {
                 let mut m = vec![prompt::system(&self.caller.site.config, Part::Question, "")];
                 m.extend(context);
                 m.extend(results);
@@ -177,9 +178,7 @@ impl Turn {
         let request = self.request(messages, 0);
         let (recorded, first) = tokio::join!(record, self.model(request));
         recorded?;
-        self.sink
-            .send(step_event(&call.id, tool, status.as_str()))
-            .await;
+        self.sink.send(step_event(&call.id, tool, status)).await;
         Ok(first)
     }
 }

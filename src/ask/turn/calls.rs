@@ -10,13 +10,14 @@ use crate::config::Policy;
 use crate::confirm;
 use crate::ids::new_id;
 use crate::llm::{ChatMessage, ToolCall};
+use crate::states::{AuditEvent, CallKind, Reason};
 use crate::store::{AuditRow, CallRow, CallStatus};
 use crate::tools::Tool;
 use crate::tools::arguments::Arguments;
 
 /// How one call of the response is to be handled.
 enum Plan {
-    Refuse { reason: &'static str, tell: String },
+    Refuse { reason: Reason, tell: String },
     Auto(Arc<Tool>, Arguments),
     Card(Arc<Tool>, Arguments),
 }
@@ -66,7 +67,7 @@ impl Turn {
             .filter(|t| t.policy != Policy::Off);
         let Some(tool) = tool.cloned() else {
             return Plan::Refuse {
-                reason: "tool_off",
+                reason: Reason::ToolOff,
                 tell: format!(
                     "Error: there is no tool named {:?} available. Do not call it again.",
                     call.name
@@ -79,21 +80,21 @@ impl Turn {
             Ok(a) => a,
             Err(why) => {
                 return Plan::Refuse {
-                    reason: "invalid_arguments",
+                    reason: Reason::InvalidArguments,
                     tell: format!("Error: the call was not run: {why}"),
                 };
             }
         };
         if let Err(why) = tool.check_arguments(&arguments.value) {
             return Plan::Refuse {
-                reason: "invalid_arguments",
+                reason: Reason::InvalidArguments,
                 tell: format!("Error: the arguments do not fit the tool's input schema: {why}"),
             };
         }
         match tool.policy {
             Policy::Auto => Plan::Auto(tool, arguments),
             Policy::Confirm if self.card_raised || card_planned => Plan::Refuse {
-                reason: "one_per_turn",
+                reason: Reason::OnePerTurn,
                 tell: "Not run: only one confirmation is possible per turn. Tell the visitor to ask for this \
                        separately once the current request is settled."
                     .into(),
@@ -109,7 +110,7 @@ impl Turn {
         bubble: &Bubble,
         tool: Option<&Tool>,
         arguments: String,
-        kind: &str,
+        kind: CallKind,
         status: CallStatus,
     ) -> CallRow {
         CallRow {
@@ -124,12 +125,23 @@ impl Turn {
             label: tool
                 .map(|t| t.label.clone())
                 .unwrap_or_else(|| without_nul(call.name.clone())),
-            policy: tool.map(|t| t.policy.as_str()).unwrap_or("off").into(),
-            kind: kind.into(),
+            policy: tool.map_or(Policy::Off, |t| t.policy),
+            kind,
             arguments,
-            status: status.as_str().into(),
+            lines: None,
+            status,
+            config_digest: None,
+            expires_at: None,
+            signature: None,
+            decided_at: None,
+            reason: None,
+            context: None,
+            run_message: None,
+            run_status: None,
             created_at: self.app.clock.now_ms(),
-            ..CallRow::default()
+            owner: None,
+            deliveries: 0,
+            result: None,
         }
     }
 
@@ -137,13 +149,13 @@ impl Turn {
         &self,
         call: &ToolCall,
         bubble: &Bubble,
-        reason: &'static str,
+        reason: Reason,
     ) -> anyhow::Result<()> {
         let tool = self.caller.site.tools.get(&call.name).map(Arc::as_ref);
         let kind = if tool.is_some_and(|t| t.policy == Policy::Confirm) {
-            "confirmation"
+            CallKind::Confirmation
         } else {
-            "auto"
+            CallKind::Auto
         };
         let row = self.call_row(
             call,
@@ -155,10 +167,10 @@ impl Turn {
         );
         let now = self.app.clock.now_ms();
         let audit = [
-            AuditRow::for_call(&row, "requested", None, now),
-            AuditRow::for_call(&row, "refused", Some(reason), now),
+            AuditRow::for_call(&row, AuditEvent::Requested, None, now),
+            AuditRow::for_call(&row, AuditEvent::Refused, Some(reason), now),
         ];
-        tracing::info!(tool = %call.name, reason, "tool call refused");
+        tracing::info!(tool = %call.name, reason = reason.as_str(), "tool call refused");
         self.app.store.insert_call(&row, &audit).await
     }
 
@@ -174,20 +186,18 @@ impl Turn {
             bubble,
             Some(tool),
             arguments.canonical.clone(),
-            "auto",
+            CallKind::Auto,
             CallStatus::Running,
         );
         // Running under this process's lease: a crash before the outcome is
         // recorded leaves a call that recovery delivers again.
         row.owner = Some(self.app.store.owner().to_string());
         row.deliveries = 1;
-        let requested = AuditRow::for_call(&row, "requested", None, row.created_at);
+        let requested = AuditRow::for_call(&row, AuditEvent::Requested, None, row.created_at);
         self.app.store.insert_call(&row, &[requested]).await?;
         let (outcome, status) = self.run_tool(&row.id, tool, &arguments.value).await;
         confirm::run::record(&self.app, &row, &outcome, status).await?;
-        self.sink
-            .send(step_event(&row.id, tool, status.as_str()))
-            .await;
+        self.sink.send(step_event(&row.id, tool, status)).await;
         Ok(outcome.result)
     }
 
@@ -205,7 +215,7 @@ impl Turn {
             bubble,
             Some(tool),
             arguments.canonical.clone(),
-            "confirmation",
+            CallKind::Confirmation,
             CallStatus::Pending,
         );
         let card = confirm::card::raise(&self.app, row, tool, arguments, messages).await?;

@@ -5,8 +5,8 @@ use super::{Bubble, Stop, Turn};
 use crate::error::ApiError;
 use crate::guard::Admission;
 use crate::llm::ProviderError;
-use crate::store::TurnEnd;
 use crate::store::stored;
+use crate::store::{CallStatus, TurnEnd};
 use crate::wire::{Citation, StreamEvent, TurnStatus};
 
 impl Turn {
@@ -57,7 +57,7 @@ impl Turn {
         let end = TurnEnd {
             message: bubble.id.clone(),
             text: bubble.text,
-            status: status.as_str().into(),
+            status: status.into(),
             citations,
             usage: self.usage,
             unreported: self.unreported,
@@ -90,7 +90,7 @@ impl Turn {
         &self,
         call: &str,
         tool: &crate::tools::Tool,
-        status: &'static str,
+        status: CallStatus,
     ) {
         self.sink.send(step_event(call, tool, status)).await;
     }
@@ -115,7 +115,7 @@ impl Turn {
 pub(in crate::ask) fn step_event(
     call: &str,
     tool: &crate::tools::Tool,
-    status: &'static str,
+    status: CallStatus,
 ) -> StreamEvent {
     StreamEvent::Step {
         call: call.to_string(),

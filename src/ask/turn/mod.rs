@@ -18,9 +18,10 @@ use crate::error::ApiError;
 use crate::guard::{Admission, Caller};
 use crate::ids::new_id;
 use crate::llm::{ChatMessage, ChatRequest, ModelStream, ProviderError};
+use crate::states::{MessageStatus, Role};
 use crate::store::{BudgetShare, MessageRow, Reservation, TurnEnd, TurnStart};
 use crate::tools::http::Invocation;
-use crate::wire::{Citation, Decision, StreamEvent, TurnStatus, Usage};
+use crate::wire::{Citation, Decision, StreamEvent, Usage};
 use finish::snippet;
 
 /// At most this many model responses per turn; the last is offered no tools, so it
@@ -182,7 +183,8 @@ impl Turn {
         messages.push(ChatMessage::User {
             content: message.clone(),
         });
-        let visitor_message = self.message_row(new_id("m"), "visitor", &message, "sent");
+        let visitor_message =
+            self.message_row(new_id("m"), Role::Visitor, &message, MessageStatus::Sent);
         let bubble = Bubble {
             id: new_id("m"),
             text: String::new(),
@@ -220,7 +222,7 @@ impl Turn {
                     .finish_turn(TurnEnd {
                         message: bubble.id.clone(),
                         text: String::new(),
-                        status: TurnStatus::Failed.as_str().into(),
+                        status: MessageStatus::Failed,
                         citations: None,
                         usage: Usage::ZERO,
                         unreported: 0,
@@ -321,7 +323,12 @@ impl Turn {
     /// An assistant bubble's row while it streams: owned by this process (so a
     /// crash is recovered) and carrying its turn's reservation (so it is released).
     fn bubble_row(&self, id: &str) -> MessageRow {
-        let mut row = self.message_row(id.to_string(), "assistant", "", crate::store::STREAMING);
+        let mut row = self.message_row(
+            id.to_string(),
+            Role::Assistant,
+            "",
+            MessageStatus::Streaming,
+        );
         row.owner = Some(self.app.store.owner().to_string());
         if let Some(share) = self.admission.as_ref().map(Admission::share) {
             row.budget_day = Some(share.day.clone());
@@ -330,14 +337,14 @@ impl Turn {
         row
     }
 
-    fn message_row(&self, id: String, role: &str, text: &str, status: &str) -> MessageRow {
+    fn message_row(&self, id: String, role: Role, text: &str, status: MessageStatus) -> MessageRow {
         MessageRow {
             id,
             conversation: self.conversation.clone(),
             turn: self.turn.clone(),
-            role: role.into(),
+            role,
             text: text.into(),
-            status: status.into(),
+            status,
             citations: None,
             created_at: self.app.clock.now_ms(),
             owner: None,

@@ -10,6 +10,7 @@ use crate::config::Policy;
 use crate::llm::{
     ChatMessage, ChatRequest, ModelEvent, ModelStream, ProviderError, estimate_tokens,
 };
+use crate::states::Reason;
 use crate::store::{CallStatus, stored};
 use crate::wire::{StreamEvent, TurnStatus};
 
@@ -159,7 +160,9 @@ impl Turn {
         tool: &crate::tools::Tool,
         arguments: &serde_json::Value,
     ) -> (crate::tools::http::Outcome, CallStatus) {
-        self.sink.send(step_event(call, tool, "running")).await;
+        self.sink
+            .send(step_event(call, tool, CallStatus::Running))
+            .await;
         crate::crashpoint::reached("before_delivery");
         // A call is sent only while the turn has time left, and gets no more than
         // that time: every turn ends within `turn_timeout_s`.
@@ -167,7 +170,7 @@ impl Turn {
             succeeded: false,
             http_status: None,
             result: "The tool was not run to the end: the turn ran out of time.".into(),
-            failure: Some("timeout"),
+            failure: Some(Reason::Timeout),
             duration_ms: 0,
         };
         let mut outcome = if tokio::time::Instant::now() >= self.deadline {

@@ -1,0 +1,171 @@
+//! The states and names the product keeps — a tool's policy, a call's kind and
+//! status, an audit event and its reason, a message's role and status — as types.
+//! Each is TEXT in the database and in JSON, and `as_str`/`parse` are its one
+//! conversion, so no state is compared as a string literal anywhere else.
+
+use std::fmt;
+
+/// A stored or configured name that is not one of a state's values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a known {what}")]
+pub struct UnknownState {
+    pub what: &'static str,
+    pub text: String,
+}
+
+macro_rules! text_enum {
+    ($(#[$meta:meta])* $name:ident ($what:literal) { $($(#[$vmeta:meta])* $variant:ident = $text:literal),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant),*
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),*
+                }
+            }
+
+            pub fn parse(text: &str) -> Result<$name, UnknownState> {
+                match text {
+                    $($text => Ok($name::$variant),)*
+                    _ => Err(UnknownState { what: $what, text: text.to_string() }),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<$name, D::Error> {
+                let text = String::deserialize(d)?;
+                $name::parse(&text).map_err(|_| {
+                    serde::de::Error::unknown_variant(&text, &[$($text),*])
+                })
+            }
+        }
+    };
+}
+
+text_enum!(
+    /// Shown to operators as Off / Runs automatically / Needs confirmation.
+    Policy ("tool policy") {
+        Off = "off",
+        Auto = "auto",
+        Confirm = "confirm",
+    }
+);
+
+text_enum!(
+    /// Whether a call ran on its own or needed the visitor's confirmation.
+    CallKind ("call kind") {
+        Auto = "auto",
+        Confirmation = "confirmation",
+    }
+);
+
+text_enum!(
+    /// A call's status; for a confirmation, its card's (its run has its own).
+    CallStatus ("call status") {
+        Running = "running",
+        Succeeded = "succeeded",
+        Failed = "failed",
+        Refused = "refused",
+        Pending = "pending",
+        Confirmed = "confirmed",
+        Cancelled = "cancelled",
+        Expired = "expired",
+    }
+);
+
+text_enum!(
+    /// What an audit row records (SPEC §10).
+    AuditEvent ("audit event") {
+        Requested = "requested",
+        Confirmed = "confirmed",
+        Cancelled = "cancelled",
+        Expired = "expired",
+        Executed = "executed",
+        Failed = "failed",
+        Refused = "refused",
+    }
+);
+
+text_enum!(
+    /// Why a call was cancelled, failed or refused (SPEC §10).
+    Reason ("reason") {
+        Visitor = "visitor",
+        Superseded = "superseded",
+        HttpStatus = "http_status",
+        Timeout = "timeout",
+        Unreachable = "unreachable",
+        Interrupted = "interrupted",
+        InvalidArguments = "invalid_arguments",
+        ToolOff = "tool_off",
+        OnePerTurn = "one_per_turn",
+        TooManyCalls = "too_many_calls",
+        Forged = "forged",
+        Altered = "altered",
+        Replayed = "replayed",
+        Late = "late",
+        Stale = "stale",
+        ForeignConversation = "foreign_conversation",
+    }
+);
+
+text_enum!(
+    /// Who wrote a message.
+    Role ("message role") {
+        Visitor = "visitor",
+        Assistant = "assistant",
+    }
+);
+
+text_enum!(
+    /// A message's status. `Streaming` is internal: history never shows it.
+    MessageStatus ("message status") {
+        Sent = "sent",
+        Streaming = "streaming",
+        Answered = "answered",
+        AwaitingConfirmation = "awaiting_confirmation",
+        Failed = "failed",
+    }
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_reads_back_as_itself_and_nothing_else_is_accepted() {
+        for s in Reason::ALL {
+            assert_eq!(Reason::parse(s.as_str()), Ok(*s));
+        }
+        for s in CallStatus::ALL {
+            assert_eq!(CallStatus::parse(s.as_str()), Ok(*s));
+        }
+        for s in MessageStatus::ALL {
+            assert_eq!(MessageStatus::parse(s.as_str()), Ok(*s));
+        }
+        assert!(AuditEvent::parse("Requested").is_err());
+        assert_eq!(
+            serde_json::to_string(&Policy::Confirm).unwrap(),
+            "\"confirm\""
+        );
+        assert!(serde_json::from_str::<Policy>("\"sometimes\"").is_err());
+    }
+}
