@@ -8,7 +8,9 @@
 mod audit;
 mod budgets;
 mod calls;
+mod cards;
 mod conversations;
+mod group;
 mod leases;
 mod migrate;
 pub mod stored;
@@ -19,7 +21,8 @@ pub use crate::states::{AuditEvent, CallKind, CallStatus, MessageStatus, Reason,
 pub use audit::AuditRow;
 pub use budgets::BudgetShare;
 pub use budgets::Reservation;
-pub use calls::{CallRow, Decided};
+pub use calls::CallRow;
+pub use cards::Decided;
 pub use conversations::{MessageRow, STREAMING};
 pub use leases::{Claimed, StreamingAnswer};
 pub use turns::{TurnEnd, TurnStart};
@@ -59,7 +62,7 @@ pub struct Store {
     writer: AnyPool,
     backend: Backend,
     /// SQLite only: commits turns' starts and ends together (see `turns.rs`).
-    group: Option<turns::GroupCommit>,
+    group: Option<group::GroupCommit>,
     /// This process's lease: what it runs and streams is stored under this name.
     owner: std::sync::Arc<str>,
     /// How long the lease holds without renewal, in milliseconds.
@@ -152,7 +155,7 @@ impl Store {
                     .await?;
                 let pool = open(4).await.with_context(context)?;
                 Store {
-                    group: Some(turns::GroupCommit::start(writer.clone())),
+                    group: Some(group::GroupCommit::start(writer.clone())),
                     pool,
                     writer,
                     backend,

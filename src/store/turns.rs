@@ -1,20 +1,12 @@
-//! The writes at the start and the end of a turn. On SQLite every commit is an
-//! fsync, and these two writes are what a turn's latency is made of, so they go
-//! through a group commit: one task takes every start and end waiting at that
-//! moment and commits them together, each in its own savepoint (a failing one rolls
-//! back alone), and answers each caller only once the commit is on disk. On
-//! PostgreSQL each runs in its own transaction.
+//! The writes at the start and the end of a turn, as SQL that joins whatever
+//! transaction it is given: its own on PostgreSQL, a group commit's savepoint on
+//! SQLite (`group.rs`).
 
-use tokio::sync::{mpsc, oneshot};
-
-use super::calls::{expire_in, supersede_in};
+use super::cards::{expire_in, supersede_in};
 use super::conversations::insert_message;
-use super::{BudgetShare, MessageRow, Reservation, Store};
+use super::{BudgetShare, MessageRow, Reservation};
 use crate::clock::Millis;
 use crate::wire::Usage;
-
-/// Writes committed together at the most.
-const BATCH: usize = 128;
 
 use super::Tx;
 use crate::states::MessageStatus;
@@ -49,66 +41,7 @@ pub struct TurnEnd {
     pub owner: String,
 }
 
-enum Job {
-    Start(Box<TurnStart>, oneshot::Sender<Result<Reservation, String>>),
-    End(TurnEnd, oneshot::Sender<Result<(), String>>),
-}
-
-/// The sending side of the group-commit task.
-#[derive(Clone)]
-pub(super) struct GroupCommit(mpsc::Sender<Job>);
-
-impl GroupCommit {
-    pub(super) fn start(writer: sqlx::AnyPool) -> Self {
-        let (tx, rx) = mpsc::channel(4 * BATCH);
-        tokio::spawn(run(writer, rx));
-        GroupCommit(tx)
-    }
-}
-
-impl Store {
-    /// Reserves the turn's share of the budget, creates the conversation or closes
-    /// its stale and superseded cards, saves the visitor's message and opens the
-    /// answer's bubble — all or nothing. Changes nothing when the budget could not
-    /// be reserved after all.
-    pub async fn begin_turn(&self, start: TurnStart) -> anyhow::Result<Reservation> {
-        if let Some(group) = &self.group {
-            let (reply, answer) = oneshot::channel();
-            group
-                .0
-                .send(Job::Start(Box::new(start), reply))
-                .await
-                .map_err(|_| anyhow::anyhow!("the writer has stopped"))?;
-            return answer.await?.map_err(anyhow::Error::msg);
-        }
-        let mut tx = self.writer().begin().await?;
-        let started = begin_in(&mut tx, &start).await?;
-        if started == Reservation::Reserved {
-            tx.commit().await?;
-        }
-        Ok(started)
-    }
-
-    /// Saves an answer's final text, status, citations and usage, and settles the
-    /// turn's budget reservation to what it spent.
-    pub async fn finish_turn(&self, end: TurnEnd) -> anyhow::Result<()> {
-        if let Some(group) = &self.group {
-            let (reply, answer) = oneshot::channel();
-            group
-                .0
-                .send(Job::End(end, reply))
-                .await
-                .map_err(|_| anyhow::anyhow!("the writer has stopped"))?;
-            return answer.await?.map_err(anyhow::Error::msg);
-        }
-        let mut tx = self.writer().begin().await?;
-        end_in(&mut tx, &end).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-}
-
-async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservation, sqlx::Error> {
+pub(super) async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservation, sqlx::Error> {
     if let Some(share) = &t.budget {
         match super::budgets::reserve_in(tx, share).await? {
             Reservation::Reserved => {}
@@ -136,7 +69,7 @@ async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservation, sqlx::E
 
 /// The budget first, then the message: every write of a turn takes its locks in
 /// the order budget, call, audit, messages (see `Store::decide`).
-async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<(), sqlx::Error> {
+pub(super) async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<(), sqlx::Error> {
     if let Some(b) = &e.budget {
         let spent = e.usage.input_tokens + e.usage.output_tokens + e.unreported;
         super::budgets::settle_once(&mut **tx, b, spent as i64, &e.message, &e.owner).await?;
@@ -156,74 +89,4 @@ async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<(), sqlx::Error> {
     .execute(&mut **tx)
     .await?;
     Ok(())
-}
-
-/// Collects the waiting writes and commits them together, forever.
-async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
-    while let Some(first) = jobs.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        commit(&writer, batch).await;
-    }
-}
-
-/// A job's outcome, told to its caller only after the commit.
-enum Done {
-    Start(
-        oneshot::Sender<Result<Reservation, String>>,
-        Result<Reservation, String>,
-    ),
-    End(oneshot::Sender<Result<(), String>>, Result<(), String>),
-}
-
-async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
-    let mut done = Vec::with_capacity(batch.len());
-    let result = async {
-        let mut tx = writer.begin().await?;
-        for job in batch {
-            // Each write in its own savepoint: dropping it uncommitted rolls back
-            // that write alone.
-            let mut savepoint = sqlx::Acquire::begin(&mut tx).await?;
-            match job {
-                Job::Start(start, reply) => match begin_in(&mut savepoint, &start).await {
-                    Ok(Reservation::Reserved) => {
-                        savepoint.commit().await?;
-                        done.push(Done::Start(reply, Ok(Reservation::Reserved)));
-                    }
-                    Ok(other) => done.push(Done::Start(reply, Ok(other))),
-                    Err(e) => done.push(Done::Start(reply, Err(e.to_string()))),
-                },
-                Job::End(end, reply) => match end_in(&mut savepoint, &end).await {
-                    Ok(()) => {
-                        savepoint.commit().await?;
-                        done.push(Done::End(reply, Ok(())));
-                    }
-                    Err(e) => done.push(Done::End(reply, Err(e.to_string()))),
-                },
-            }
-        }
-        tx.commit().await?;
-        Ok::<(), sqlx::Error>(())
-    }
-    .await;
-    for d in done {
-        match (d, &result) {
-            (Done::Start(reply, outcome), Ok(())) => drop(reply.send(outcome)),
-            (Done::End(reply, outcome), Ok(())) => drop(reply.send(outcome)),
-            (Done::Start(reply, _), Err(e)) => {
-                drop(reply.send(Err(format!("the commit failed: {e}"))))
-            }
-            (Done::End(reply, _), Err(e)) => {
-                drop(reply.send(Err(format!("the commit failed: {e}"))))
-            }
-        }
-    }
-    if let Err(e) = result {
-        tracing::error!(error = %e, "a group commit failed");
-    }
 }

@@ -1,0 +1,212 @@
+//! A card's transitions. Every status change of a confirmation happens in one
+//! conditional UPDATE (`WHERE status = pending`) inside a transaction with its
+//! audit row, so two answers racing — in one process or in two replicas sharing
+//! the database — can never both win, and no decision is stored without its audit
+//! row.
+
+use sqlx::Row;
+
+use super::audit::{self, AuditRow};
+use super::calls::{COLUMNS, CallRow, call};
+use super::{Store, Tx, sql};
+use crate::clock::Millis;
+use crate::states::{AuditEvent, CallStatus, MessageStatus, Reason};
+
+/// How an answer's attempt at the pending → decided transition ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decided {
+    Won,
+    /// Another answer got there first.
+    Lost,
+    /// The card's time ran out between the checks and the decision.
+    Late,
+    /// The site's daily budget could not be reserved (spent, or held by turns
+    /// running at the same time).
+    Budget(super::Reservation),
+}
+
+impl Store {
+    /// The one atomic pending → decided transition, which also opens the bubble of
+    /// the continuation and, for a confirmation, marks the call running under this
+    /// process: if it dies before the outcome is recorded, recovery finds the call.
+    /// Returns `Lost` when another answer (or an expiry) got there first; then
+    /// nothing was changed or audited.
+    ///
+    /// Locks are taken in the one order every write of a turn uses — budget, then
+    /// call, then audit and messages — so a decision racing a new question in the
+    /// same conversation waits instead of deadlocking on PostgreSQL.
+    pub async fn decide(
+        &self,
+        c: &CallRow,
+        to: CallStatus,
+        reason: Option<Reason>,
+        now: Millis,
+        bubble: &super::MessageRow,
+        budget: Option<&super::BudgetShare>,
+    ) -> anyhow::Result<Decided> {
+        let mut tx = self.writer().begin().await?;
+        if let Some(share) = budget {
+            match super::budgets::reserve_in(&mut tx, share).await? {
+                super::Reservation::Reserved => {}
+                other => return Ok(Decided::Budget(other)),
+            }
+        }
+        let (run_message, run_status, owner, deliveries) = match to {
+            CallStatus::Confirmed => (
+                Some(bubble.id.as_str()),
+                Some(CallStatus::Running.as_str()),
+                Some(self.owner()),
+                1,
+            ),
+            _ => (None, None, None, 0),
+        };
+        let won = sqlx::query(
+            "UPDATE calls SET status = $1, decided_at = $2, reason = $3, run_message = $5, run_status = $6, owner = $7, deliveries = $8 \
+             WHERE id = $4 AND status = $9 AND expires_at > $2",
+        )
+        .bind(to.as_str())
+        .bind(now)
+        .bind(reason.map(Reason::as_str))
+        .bind(&c.id)
+        .bind(run_message)
+        .bind(run_status)
+        .bind(owner)
+        .bind(deliveries)
+        .bind(CallStatus::Pending.as_str())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !won {
+            // Dropping the transaction gives the reservation back. Whether the card
+            // ran out of time or another answer won is read from the row as it is
+            // now: an expiry sweep may have come between the checks and here.
+            let row = sqlx::query("SELECT status, expires_at FROM calls WHERE id = $1")
+                .bind(&c.id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let expired = match row {
+                Some(row) => {
+                    let status: String = row.try_get("status")?;
+                    let expires_at: Option<Millis> = row.try_get("expires_at")?;
+                    status == CallStatus::Expired.as_str()
+                        || (status == CallStatus::Pending.as_str()
+                            && expires_at.is_none_or(|at| at <= now))
+                }
+                None => false,
+            };
+            return Ok(if expired {
+                Decided::Late
+            } else {
+                Decided::Lost
+            });
+        }
+        let event = match to {
+            CallStatus::Confirmed => AuditEvent::Confirmed,
+            _ => AuditEvent::Cancelled,
+        };
+        audit::insert(&mut *tx, &AuditRow::for_call(c, event, reason, now)).await?;
+        close_card_message(&mut tx, &c.message).await?;
+        super::conversations::insert_message(&mut *tx, bubble).await?;
+        tx.commit().await?;
+        Ok(Decided::Won)
+    }
+
+    /// Marks every pending call whose time ran out as expired, with its expiry time
+    /// as the decision time, whether or not anybody answered. Optionally only in one
+    /// conversation. Returns the calls it expired.
+    pub async fn expire_due(
+        &self,
+        now: Millis,
+        conversation: Option<&str>,
+    ) -> anyhow::Result<Vec<CallRow>> {
+        let mut tx = self.writer().begin().await?;
+        let expired = expire_in(&mut tx, now, conversation).await?;
+        tx.commit().await?;
+        Ok(expired)
+    }
+}
+
+pub(super) async fn expire_in(
+    tx: &mut Tx<'_>,
+    now: Millis,
+    conversation: Option<&str>,
+) -> Result<Vec<CallRow>, sqlx::Error> {
+    let rows = match conversation {
+        Some(conv) => {
+            sqlx::query(sql(format!(
+                "UPDATE calls SET status = $3, decided_at = expires_at \
+                 WHERE status = $4 AND expires_at <= $1 AND conversation = $2 RETURNING {COLUMNS}"
+            )))
+            .bind(now)
+            .bind(conv)
+            .bind(CallStatus::Expired.as_str())
+            .bind(CallStatus::Pending.as_str())
+            .fetch_all(&mut **tx)
+            .await?
+        }
+        None => {
+            sqlx::query(sql(format!(
+                "UPDATE calls SET status = $2, decided_at = expires_at \
+                 WHERE status = $3 AND expires_at <= $1 RETURNING {COLUMNS}"
+            )))
+            .bind(now)
+            .bind(CallStatus::Expired.as_str())
+            .bind(CallStatus::Pending.as_str())
+            .fetch_all(&mut **tx)
+            .await?
+        }
+    };
+    let expired: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
+    for c in &expired {
+        let at = c.expires_at.unwrap_or(now);
+        audit::insert(
+            &mut **tx,
+            &AuditRow::for_call(c, AuditEvent::Expired, None, at),
+        )
+        .await?;
+        close_card_message(tx, &c.message).await?;
+    }
+    Ok(expired)
+}
+
+/// Closes the pending card of a conversation as cancelled (reason `superseded`)
+/// because the visitor asked something new.
+pub(super) async fn supersede_in(
+    tx: &mut Tx<'_>,
+    conversation: &str,
+    now: Millis,
+) -> Result<Vec<CallRow>, sqlx::Error> {
+    let rows = sqlx::query(sql(format!(
+        "UPDATE calls SET status = $3, decided_at = $1, reason = $4 \
+         WHERE status = $5 AND conversation = $2 RETURNING {COLUMNS}"
+    )))
+    .bind(now)
+    .bind(conversation)
+    .bind(CallStatus::Cancelled.as_str())
+    .bind(Reason::Superseded.as_str())
+    .bind(CallStatus::Pending.as_str())
+    .fetch_all(&mut **tx)
+    .await?;
+    let superseded: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
+    for c in &superseded {
+        audit::insert(
+            &mut **tx,
+            &AuditRow::for_call(c, AuditEvent::Cancelled, Some(Reason::Superseded), now),
+        )
+        .await?;
+        close_card_message(tx, &c.message).await?;
+    }
+    Ok(superseded)
+}
+
+/// Once its card is decided, the message that raised it is no longer waiting.
+async fn close_card_message(tx: &mut Tx<'_>, message: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE messages SET status = $2 WHERE id = $1 AND status = $3")
+        .bind(message)
+        .bind(MessageStatus::Answered.as_str())
+        .bind(MessageStatus::AwaitingConfirmation.as_str())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
