@@ -3,6 +3,7 @@
 pub mod app;
 pub mod ask;
 pub mod audit;
+pub mod budget;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -39,7 +39,7 @@ pub async fn decide(
             super::refuse(app, call, Reason::Late).await?;
             ApiError::ConfirmationExpired
         }
-        Decided::Budget(reservation) => crate::guard::budget_refusal(reservation, now),
+        Decided::Budget(reservation) => crate::budget::budget_refusal(reservation, now),
     };
     Ok(Err(refusal))
 }

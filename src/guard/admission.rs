@@ -1,31 +1,15 @@
 //! What an ask needs before its turn starts: some of the site's daily token budget
-//! left (its share is reserved in the turn's first transaction) and a slot under
-//! the stream caps. Both are given back when the turn ends.
-
-use chrono::{DateTime, Utc};
+//! left (`budget.rs`; its share is reserved in the turn's first transaction) and a
+//! slot under the stream caps. Both are given back when the turn ends.
 
 use super::Caller;
 use super::streams::StreamSlot;
 use crate::app::App;
-use crate::clock::Millis;
+use crate::budget::{BudgetShare, Reservation, budget_refusal, utc_day};
 use crate::error::ApiError;
-use crate::store::{BudgetShare, Reservation};
 
 /// Seconds a client is asked to wait when the stream caps are full.
 const STREAMS_RETRY_AFTER_S: u64 = 5;
-/// Seconds a client is asked to wait when running turns hold the rest of the budget.
-const HELD_RETRY_AFTER_S: u64 = 3;
-
-/// The refusal for a budget that could not be reserved: `daily_budget_exhausted`
-/// (until midnight UTC) only when the day's spent tokens reached the budget; when
-/// running turns' reservations stand in the way, `too_many_streams` for a moment.
-pub fn budget_refusal(reservation: Reservation, now: Millis) -> ApiError {
-    match reservation {
-        Reservation::Held => ApiError::TooManyStreams(HELD_RETRY_AFTER_S),
-        _ => ApiError::DailyBudgetExhausted(seconds_to_midnight(now)),
-    }
-}
-
 /// Held by a running turn: its share of the daily budget, settled when the turn is
 /// saved, and its stream slot, freed when this value is dropped, whatever happens.
 pub struct Admission {
@@ -90,30 +74,4 @@ pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiErro
         reserved: false,
         _slot: slot,
     })
-}
-
-pub fn utc_day(ms: Millis) -> String {
-    DateTime::<Utc>::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .format("%Y-%m-%d")
-        .to_string()
-}
-
-pub fn seconds_to_midnight(ms: Millis) -> u64 {
-    let day_ms = 86_400_000;
-    let left = day_ms - ms.rem_euclid(day_ms);
-    ((left + 999) / 1000) as u64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_budget_resets_at_midnight_utc() {
-        let noon = 1_764_504_000_000; // 2025-11-30T12:00:00Z
-        assert_eq!(utc_day(noon), "2025-11-30");
-        assert_eq!(seconds_to_midnight(noon), 12 * 3600);
-        assert_eq!(seconds_to_midnight(noon + 12 * 3_600_000 - 1), 1);
-    }
 }

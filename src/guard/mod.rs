@@ -9,10 +9,7 @@ mod peer;
 pub mod rate;
 pub mod streams;
 
-pub use admission::{
-    Admission, admit_turn, budget_refusal, seconds_to_midnight as admission_seconds_to_midnight,
-    utc_day as admission_utc_day,
-};
+pub use admission::{Admission, admit_turn};
 pub use peer::Peer;
 
 use std::net::IpAddr;

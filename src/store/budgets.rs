@@ -1,23 +1,12 @@
-//! Each site's daily token budget. A turn reserves its cap before it starts and
-//! settles to what the provider reported when it ends, so turns running at once can
-//! overshoot the budget by at most one turn's cap. Spend is stored, so a restart
-//! forgets nothing.
+//! The daily budgets' SQL (the rules are `budget.rs`): reserving a turn's share
+//! in the turn's first transaction, reading what is spent, and settling a
+//! reservation exactly once.
 
 use sqlx::Row;
 
 use super::Store;
+use crate::budget::{BudgetShare, Reservation, judge};
 use crate::states::MessageStatus;
-
-/// A turn's reservation of its site's daily budget.
-#[derive(Debug, Clone)]
-pub struct BudgetShare {
-    pub site: String,
-    pub day: String,
-    /// What the turn reserves (its token cap).
-    pub reserved: i64,
-    /// The site's daily budget.
-    pub limit: i64,
-}
 
 impl Store {
     /// Whether a turn could reserve its share of a site's budget for `day` now (a
@@ -46,28 +35,6 @@ impl Store {
             Some(r) => r.try_get("spent")?,
             None => 0,
         })
-    }
-}
-
-/// Whether a turn may reserve: the budget is spent only when the day's settled
-/// spend has reached it; when running turns' reservations are what stands in the
-/// way, they will be settled within a turn's time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reservation {
-    Reserved,
-    /// Spent tokens have reached the budget: nothing more today.
-    Spent,
-    /// Only other turns' reservations stand in the way: try again in a moment.
-    Held,
-}
-
-fn judge(spent: i64, reserved: i64, limit: i64) -> Reservation {
-    if spent >= limit {
-        Reservation::Spent
-    } else if spent + reserved >= limit {
-        Reservation::Held
-    } else {
-        Reservation::Reserved
     }
 }
 

@@ -17,10 +17,9 @@ pub mod stored;
 mod turns;
 mod visitors;
 
+pub use crate::budget::{BudgetShare, Reservation};
 pub use crate::states::{AuditEvent, CallKind, CallStatus, MessageStatus, Reason, Role};
 pub use audit::AuditRow;
-pub use budgets::BudgetShare;
-pub use budgets::Reservation;
 pub use calls::CallRow;
 pub use cards::Decided;
 pub use conversations::{MessageRow, STREAMING};

@@ -71,8 +71,8 @@ pub(super) async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservati
 /// the order budget, call, audit, messages (see `Store::decide`).
 pub(super) async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<(), sqlx::Error> {
     if let Some(b) = &e.budget {
-        let spent = e.usage.input_tokens + e.usage.output_tokens + e.unreported;
-        super::budgets::settle_once(&mut **tx, b, spent as i64, &e.message, &e.owner).await?;
+        let spent = crate::budget::spent(e.usage, e.unreported);
+        super::budgets::settle_once(&mut **tx, b, spent, &e.message, &e.owner).await?;
     }
     sqlx::query(
         "UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 \

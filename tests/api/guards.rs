@@ -265,11 +265,8 @@ mod limits {
         let r = t.question(&token, None, "hi").await;
         assert_eq!((r.status, r.code()), (429, "daily_budget_exhausted"));
         let now = deskbell::clock::Clock::now_ms(&*t.clock);
-        assert_eq!(
-            retry_after(&r),
-            deskbell::guard::admission_seconds_to_midnight(now)
-        );
-        let day = deskbell::guard::admission_utc_day(now);
+        assert_eq!(retry_after(&r), deskbell::budget::seconds_to_midnight(now));
+        let day = deskbell::budget::utc_day(now);
         assert_eq!(t.app.store.budget_spent("acme", &day).await.unwrap(), 140);
 
         let restarted = t
@@ -348,7 +345,7 @@ mod limits {
                 .iter()
                 .all(|r| r.status == 200 || r.code() == "too_many_streams")
         );
-        let day = deskbell::guard::admission_utc_day(deskbell::clock::Clock::now_ms(&*t.clock));
+        let day = deskbell::budget::utc_day(deskbell::clock::Clock::now_ms(&*t.clock));
         let spent = t.app.store.budget_spent("acme", &day).await.unwrap();
         assert!(spent <= 100 + 50, "spent {spent}");
         assert_eq!(spent, 50 * admitted as i64);

@@ -135,7 +135,7 @@ impl Turn {
     }
 
     fn budget_refused(&self, reservation: Reservation) -> ApiError {
-        crate::guard::budget_refusal(reservation, self.app.clock.now_ms())
+        crate::budget::budget_refusal(reservation, self.app.clock.now_ms())
     }
 
     /// Frees the stream slot and, if the answer's final write never happened (a
@@ -151,7 +151,7 @@ impl Turn {
             .as_ref()
             .and_then(Admission::reserved_share)
             .or(self.recovered_share.as_ref());
-        let spent = (self.usage.input_tokens + self.usage.output_tokens + self.unreported) as i64;
+        let spent = crate::budget::spent(self.usage, self.unreported);
         if let Err(e) = self.app.store.fail_streaming(&bubble, share, spent).await {
             tracing::error!(
                 error = format!("{e:#}"),
