@@ -23,6 +23,42 @@ pub fn is_valid(prefix: &str, id: &str) -> bool {
     }
 }
 
+/// Ids that come from requests, checked once at the edge: a value of these types
+/// has the shape `new_id` gives, so nothing further down parses a caller's text.
+macro_rules! request_id {
+    ($(#[$meta:meta])* $name:ident = $prefix:literal) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            /// `None` for anything `new_id` could not have made.
+            pub fn parse(text: &str) -> Option<$name> {
+                is_valid($prefix, text).then(|| $name(text.to_string()))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+request_id!(
+    /// A conversation's id (`c_…`).
+    ConversationId = "c"
+);
+request_id!(
+    /// A call's id (`call_…`).
+    CallId = "call"
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

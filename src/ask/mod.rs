@@ -22,8 +22,9 @@ use tracing::Instrument;
 
 use crate::app::App;
 use crate::error::{ApiError, RawBody};
+use crate::ids::ConversationId;
 use crate::wire::{AskBody, AskRequest};
-use crate::{confirm, guard, ids};
+use crate::{confirm, guard};
 
 pub use recover::{lease_forever, recover};
 pub use sink::Sink;
@@ -58,17 +59,13 @@ async fn ask(
             if message.chars().count() > limit {
                 return Err(ApiError::MessageTooLong(limit));
             }
-            if let Some(id) = &conversation {
-                let owner = match ids::is_valid("c", id) {
-                    true => app.store.conversation_owner(id).await?,
-                    false => None,
-                };
-                if owner.is_none_or(|(site, visitor)| {
-                    site != caller.site.config.id || visitor != caller.visitor
-                }) {
-                    return Err(ApiError::ConversationNotFound);
-                }
-            }
+            let conversation = match conversation {
+                None => None,
+                Some(id) => match ConversationId::parse(&id) {
+                    Some(id) if guard::owns(&app, &caller, &id).await? => Some(id),
+                    _ => return Err(ApiError::ConversationNotFound),
+                },
+            };
             let admission = guard::admit_turn(&app, &caller).await?;
             let span = tracing::info_span!("turn", site = %caller.site.config.id);
             let turn = Turn::new(app.clone(), caller, admission, sink, ready);

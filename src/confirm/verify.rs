@@ -9,7 +9,7 @@ use super::sign;
 use crate::app::App;
 use crate::error::ApiError;
 use crate::guard::Caller;
-use crate::ids;
+use crate::ids::{CallId, ConversationId};
 use crate::states::{AuditEvent, CallKind, CallStatus, Reason};
 use crate::store::{AuditRow, CallRow};
 use crate::tools::Tool;
@@ -27,18 +27,14 @@ pub async fn verify_answer(
     call_id: &str,
     signature: &str,
 ) -> Result<Verified, ApiError> {
-    if !ids::is_valid("c", conversation) {
+    let Some(id) = ConversationId::parse(conversation) else {
         return Err(ApiError::ConversationNotFound);
-    }
-    let call = if ids::is_valid("call", call_id) {
-        app.store.call(call_id).await?
-    } else {
-        None
     };
-    let owner = app.store.conversation_owner(conversation).await?;
-    let owned = owner
-        .is_some_and(|(site, visitor)| site == caller.site.config.id && visitor == caller.visitor);
-    if !owned {
+    let call = match CallId::parse(call_id) {
+        Some(call_id) => app.store.call(call_id.as_str()).await?,
+        None => None,
+    };
+    if !crate::guard::owns(app, caller, &id).await? {
         if let Some(c) = call.as_ref().filter(|c| c.conversation == conversation) {
             refuse(app, c, Reason::ForeignConversation).await?;
         }

@@ -12,11 +12,12 @@ use axum::{Json, Router};
 use crate::app::App;
 use crate::clock::rfc3339;
 use crate::error::ApiError;
+use crate::guard;
+use crate::ids::ConversationId;
 use crate::states::{CallKind, CallStatus, Role};
 use crate::store::stored::{StoredError, decode_citations, decode_lines};
 use crate::store::{CallRow, MessageRow};
 use crate::wire::{ArgLine, Citation, ConversationView, MessageView, StepView};
-use crate::{guard, ids};
 
 pub fn router() -> Router<App> {
     Router::new().route("/v1/conversations/{id}", get(show))
@@ -29,16 +30,11 @@ async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<ConversationView>, ApiError> {
     let caller = guard::admit(&app, &headers, peer)?;
-    let owner = match ids::is_valid("c", &id) {
-        true => app.store.conversation_owner(&id).await?,
-        false => None,
-    };
     // Another visitor's conversation looks exactly like a missing one.
-    if owner
-        .is_none_or(|(site, visitor)| site != caller.site.config.id || visitor != caller.visitor)
-    {
-        return Err(ApiError::ConversationNotFound);
-    }
+    let id = match ConversationId::parse(&id) {
+        Some(id) if guard::owns(&app, &caller, &id).await? => id.as_str().to_string(),
+        _ => return Err(ApiError::ConversationNotFound),
+    };
     app.store.expire_due(app.clock.now_ms(), Some(&id)).await?;
     let messages = app.store.messages(&id).await?;
     let calls = app.store.calls_in_conversation(&id).await?;

@@ -160,3 +160,16 @@ pub fn verify_user_hash(site: &Site, user_id: &str, user_hash: &str) -> Result<(
         Err(ApiError::IdentityInvalid)
     }
 }
+
+/// Whether `conversation` is one of the caller's: its site's and its visitor's. A
+/// malformed, unknown or another visitor's conversation are all "no", and every
+/// caller answers all three with the same 404, so a probe learns nothing.
+pub async fn owns(
+    app: &App,
+    caller: &Caller,
+    conversation: &crate::ids::ConversationId,
+) -> Result<bool, ApiError> {
+    let owner = app.store.conversation_owner(conversation.as_str()).await?;
+    Ok(owner
+        .is_some_and(|(site, visitor)| site == caller.site.config.id && visitor == caller.visitor))
+}

@@ -16,7 +16,7 @@ use crate::app::App;
 use crate::confirm::Verified;
 use crate::error::ApiError;
 use crate::guard::{Admission, Caller};
-use crate::ids::new_id;
+use crate::ids::{ConversationId, new_id};
 use crate::llm::{ChatMessage, ChatRequest, ModelStream, ProviderError};
 use crate::states::{MessageStatus, Role};
 use crate::store::{BudgetShare, MessageRow, Reservation, TurnEnd, TurnStart};
@@ -112,7 +112,7 @@ impl Turn {
     }
 
     /// A new question: save it, reach the model, stream the answer.
-    pub async fn question(mut self, conversation: Option<String>, message: String) {
+    pub async fn question(mut self, conversation: Option<ConversationId>, message: String) {
         if let Err(e) = self.run_question(conversation, message).await {
             self.abort(e).await;
         }
@@ -162,14 +162,14 @@ impl Turn {
 
     async fn run_question(
         &mut self,
-        conversation: Option<String>,
+        conversation: Option<ConversationId>,
         message: String,
     ) -> anyhow::Result<()> {
         let store = self.app.store.clone();
         let now = self.app.clock.now_ms();
         let site = self.caller.site.clone();
         let is_new = conversation.is_none();
-        self.conversation = conversation.unwrap_or_else(|| new_id("c"));
+        self.conversation = conversation.map_or_else(|| new_id("c"), |c| c.as_str().to_string());
         tracing::info!(conversation = %self.conversation, turn = %self.turn, "question");
         let history = match is_new {
             true => Vec::new(),
