@@ -93,7 +93,7 @@ pub fn plan(site: Option<&Site>, call: &CallRow) -> Plan {
 /// Marks an interrupted answer failed, charging an estimate of its saved text.
 pub async fn fail_answer(app: &App, answer: &StreamingAnswer) -> anyhow::Result<()> {
     let spent = estimate_tokens(answer.text.len()) as i64;
-    app.store.fail_answer(answer, spent).await
+    Ok(app.store.fail_answer(answer, spent).await?)
 }
 
 /// When finishing a recovered call failed (the database, say): the call is failed

@@ -30,7 +30,8 @@ pub async fn record(
     let audit = audit_outcome(call, outcome, app.clock.now_ms());
     app.store
         .record_outcome(call, status, Some(&outcome.result), &audit)
-        .await
+        .await?;
+    Ok(())
 }
 
 /// The audit row of a run: `executed`, or `failed` with its reason, the HTTP

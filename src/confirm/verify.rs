@@ -90,14 +90,15 @@ pub async fn verify_answer(
 
 pub async fn refuse(app: &App, call: &CallRow, reason: Reason) -> anyhow::Result<()> {
     tracing::warn!(call = %call.id, reason = reason.as_str(), "confirmation answer refused");
-    app.store
+    Ok(app
+        .store
         .append_audit(&AuditRow::for_call(
             call,
             AuditEvent::Refused,
             Some(reason),
             app.clock.now_ms(),
         ))
-        .await
+        .await?)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

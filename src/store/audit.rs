@@ -4,6 +4,7 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use super::error::StoreResult;
 use super::{Store, optional_state, state};
 use crate::clock::Millis;
 use crate::ids::new_id;
@@ -73,13 +74,13 @@ fn audit_row(row: &AnyRow) -> Result<AuditRow, sqlx::Error> {
 const SELECT: &str = "SELECT at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms FROM audit";
 
 impl Store {
-    pub async fn append_audit(&self, row: &AuditRow) -> anyhow::Result<()> {
+    pub async fn append_audit(&self, row: &AuditRow) -> StoreResult<()> {
         insert(self.writer(), row).await?;
         Ok(())
     }
 
     /// Every audit row, oldest first, optionally of one site.
-    pub async fn audit_rows(&self, site: Option<&str>) -> anyhow::Result<Vec<AuditRow>> {
+    pub async fn audit_rows(&self, site: Option<&str>) -> StoreResult<Vec<AuditRow>> {
         let rows = match site {
             Some(site) => {
                 sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -99,7 +100,7 @@ impl Store {
     }
 
     /// The audit rows of one call, oldest first.
-    pub async fn audit_for_call(&self, call: &str) -> anyhow::Result<Vec<AuditRow>> {
+    pub async fn audit_for_call(&self, call: &str) -> StoreResult<Vec<AuditRow>> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "{SELECT} WHERE call = $1 ORDER BY at, id"
         )))

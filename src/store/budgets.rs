@@ -5,6 +5,7 @@
 use sqlx::Row;
 
 use super::Store;
+use super::error::StoreResult;
 use crate::budget::{BudgetShare, Reservation, judge};
 use crate::states::MessageStatus;
 
@@ -12,7 +13,7 @@ impl Store {
     /// Whether a turn could reserve its share of a site's budget for `day` now (a
     /// read: the reservation itself happens in the turn's first transaction,
     /// `reserve_in`).
-    pub async fn budget_open(&self, share: &BudgetShare) -> anyhow::Result<Reservation> {
+    pub async fn budget_open(&self, share: &BudgetShare) -> StoreResult<Reservation> {
         let row = sqlx::query("SELECT spent, reserved FROM budgets WHERE site = $1 AND day = $2")
             .bind(&share.site)
             .bind(&share.day)
@@ -25,7 +26,7 @@ impl Store {
     }
 
     /// Tokens spent by a site on a day (settled turns only).
-    pub async fn budget_spent(&self, site: &str, day: &str) -> anyhow::Result<i64> {
+    pub async fn budget_spent(&self, site: &str, day: &str) -> StoreResult<i64> {
         let row = sqlx::query("SELECT spent FROM budgets WHERE site = $1 AND day = $2")
             .bind(site)
             .bind(day)

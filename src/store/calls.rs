@@ -6,6 +6,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::audit::{self, AuditRow};
+use super::error::StoreResult;
 use super::{Store, optional_state, sql, state};
 use crate::clock::Millis;
 pub use crate::states::CallStatus;
@@ -105,7 +106,7 @@ pub(super) fn call(row: &AnyRow) -> Result<CallRow, sqlx::Error> {
 
 impl Store {
     /// Stores a call together with its first audit rows (such as `requested`).
-    pub async fn insert_call(&self, c: &CallRow, audit_rows: &[AuditRow]) -> anyhow::Result<()> {
+    pub async fn insert_call(&self, c: &CallRow, audit_rows: &[AuditRow]) -> StoreResult<()> {
         let mut tx = self.writer().begin().await?;
         sqlx::query(sql(format!(
             "INSERT INTO calls ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)"
@@ -145,7 +146,7 @@ impl Store {
         Ok(())
     }
 
-    pub async fn call(&self, id: &str) -> anyhow::Result<Option<CallRow>> {
+    pub async fn call(&self, id: &str) -> StoreResult<Option<CallRow>> {
         let row = sqlx::query(sql(format!("SELECT {COLUMNS} FROM calls WHERE id = $1")))
             .bind(id)
             .fetch_optional(self.pool())
@@ -153,7 +154,7 @@ impl Store {
         Ok(row.as_ref().map(call).transpose()?)
     }
 
-    pub async fn calls_in_conversation(&self, conversation: &str) -> anyhow::Result<Vec<CallRow>> {
+    pub async fn calls_in_conversation(&self, conversation: &str) -> StoreResult<Vec<CallRow>> {
         let rows = sqlx::query(sql(format!(
             "SELECT {COLUMNS} FROM calls WHERE conversation = $1 ORDER BY created_at, id"
         )))
@@ -172,7 +173,7 @@ impl Store {
         status: CallStatus,
         result: Option<&str>,
         audit_row: &AuditRow,
-    ) -> anyhow::Result<()> {
+    ) -> StoreResult<()> {
         let column = match call.kind {
             CallKind::Auto => "status",
             _ => "run_status",
@@ -200,7 +201,7 @@ impl Store {
 
     /// A call whose deliveries were all interrupted by crashes: it is failed with
     /// reason `interrupted` and never sent again.
-    pub async fn fail_interrupted_call(&self, c: &CallRow, now: Millis) -> anyhow::Result<()> {
+    pub async fn fail_interrupted_call(&self, c: &CallRow, now: Millis) -> StoreResult<()> {
         let audit_row = AuditRow::for_call(c, AuditEvent::Failed, Some(Reason::Interrupted), now);
         self.record_outcome(c, CallStatus::Failed, None, &audit_row)
             .await
@@ -216,7 +217,7 @@ impl Store {
     }
 
     /// The calls a turn's answer made, in order (to resume it after a crash).
-    pub async fn calls_of_message(&self, message: &str) -> anyhow::Result<Vec<CallRow>> {
+    pub async fn calls_of_message(&self, message: &str) -> StoreResult<Vec<CallRow>> {
         let rows = sqlx::query(sql(format!(
             "SELECT {COLUMNS} FROM calls WHERE message = $1 ORDER BY created_at, id"
         )))

@@ -8,6 +8,7 @@ use sqlx::Row;
 
 use super::audit::{self, AuditRow};
 use super::calls::{COLUMNS, CallRow, call};
+use super::error::StoreResult;
 use super::{Store, Tx, sql};
 use crate::clock::Millis;
 use crate::states::{AuditEvent, CallStatus, MessageStatus, Reason};
@@ -43,7 +44,7 @@ impl Store {
         now: Millis,
         bubble: &super::MessageRow,
         budget: Option<&super::BudgetShare>,
-    ) -> anyhow::Result<Decided> {
+    ) -> StoreResult<Decided> {
         let mut tx = self.writer().begin().await?;
         if let Some(share) = budget {
             match super::budgets::reserve_in(&mut tx, share).await? {
@@ -119,7 +120,7 @@ impl Store {
         &self,
         now: Millis,
         conversation: Option<&str>,
-    ) -> anyhow::Result<Vec<CallRow>> {
+    ) -> StoreResult<Vec<CallRow>> {
         let mut tx = self.writer().begin().await?;
         let expired = expire_in(&mut tx, now, conversation).await?;
         tx.commit().await?;

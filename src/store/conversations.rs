@@ -1,6 +1,7 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use super::error::StoreResult;
 use super::{Store, state};
 use crate::clock::Millis;
 use crate::states::{MessageStatus, Role};
@@ -71,7 +72,7 @@ fn message(row: &AnyRow) -> Result<MessageRow, sqlx::Error> {
 
 impl Store {
     /// The site and visitor a conversation belongs to.
-    pub async fn conversation_owner(&self, id: &str) -> anyhow::Result<Option<(String, String)>> {
+    pub async fn conversation_owner(&self, id: &str) -> StoreResult<Option<(String, String)>> {
         let row = sqlx::query("SELECT site, visitor FROM conversations WHERE id = $1")
             .bind(id)
             .fetch_optional(self.pool())
@@ -82,13 +83,13 @@ impl Store {
         })
     }
 
-    pub async fn insert_message(&self, m: &MessageRow) -> anyhow::Result<()> {
+    pub async fn insert_message(&self, m: &MessageRow) -> StoreResult<()> {
         insert_message(self.writer(), m).await?;
         Ok(())
     }
 
     /// The messages of a conversation in order, without those still streaming.
-    pub async fn messages(&self, conversation: &str) -> anyhow::Result<Vec<MessageRow>> {
+    pub async fn messages(&self, conversation: &str) -> StoreResult<Vec<MessageRow>> {
         let rows = sqlx::query(
             "SELECT id, conversation, turn, role, text, status, citations, created_at FROM messages \
              WHERE conversation = $1 AND status <> $2 ORDER BY created_at, id",
@@ -106,7 +107,7 @@ impl Store {
         &self,
         conversation: &str,
         limit: i64,
-    ) -> anyhow::Result<Vec<MessageRow>> {
+    ) -> StoreResult<Vec<MessageRow>> {
         let rows = sqlx::query(
             "SELECT id, conversation, turn, role, text, status, citations, created_at FROM messages \
              WHERE conversation = $1 AND status <> $2 ORDER BY created_at DESC, id DESC LIMIT $3",
@@ -125,7 +126,7 @@ impl Store {
     /// failed, so that they show in history instead of vanishing. Answers with an
     /// owner are recovered through its lease (`leases.rs`).
     /// Only messages started before `before` are touched.
-    pub async fn fail_interrupted_messages(&self, before: Millis) -> anyhow::Result<u64> {
+    pub async fn fail_interrupted_messages(&self, before: Millis) -> StoreResult<u64> {
         let done = sqlx::query(
             "UPDATE messages SET status = $3 WHERE status = $1 AND created_at < $2 AND owner IS NULL",
         )
@@ -138,7 +139,7 @@ impl Store {
     }
 
     /// Tokens an assistant message used (for tests and budgets).
-    pub async fn message_usage(&self, id: &str) -> anyhow::Result<Option<Usage>> {
+    pub async fn message_usage(&self, id: &str) -> StoreResult<Option<Usage>> {
         let row = sqlx::query("SELECT input_tokens, output_tokens FROM messages WHERE id = $1")
             .bind(id)
             .fetch_optional(self.pool())

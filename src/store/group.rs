@@ -7,6 +7,7 @@
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::error::{StoreError, StoreResult};
 use super::turns::{TurnEnd, TurnStart, begin_in, end_in};
 use super::{Reservation, Store};
 
@@ -35,15 +36,18 @@ impl Store {
     /// its stale and superseded cards, saves the visitor's message and opens the
     /// answer's bubble — all or nothing. Changes nothing when the budget could not
     /// be reserved after all.
-    pub async fn begin_turn(&self, start: TurnStart) -> anyhow::Result<Reservation> {
+    pub async fn begin_turn(&self, start: TurnStart) -> StoreResult<Reservation> {
         if let Some(group) = &self.group {
             let (reply, answer) = oneshot::channel();
             group
                 .0
                 .send(Job::Start(Box::new(start), reply))
                 .await
-                .map_err(|_| anyhow::anyhow!("the writer has stopped"))?;
-            return answer.await?.map_err(anyhow::Error::msg);
+                .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
+            let answer = answer
+                .await
+                .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
+            return answer.map_err(StoreError::Unavailable);
         }
         let mut tx = self.writer().begin().await?;
         let started = begin_in(&mut tx, &start).await?;
@@ -55,15 +59,18 @@ impl Store {
 
     /// Saves an answer's final text, status, citations and usage, and settles the
     /// turn's budget reservation to what it spent.
-    pub async fn finish_turn(&self, end: TurnEnd) -> anyhow::Result<()> {
+    pub async fn finish_turn(&self, end: TurnEnd) -> StoreResult<()> {
         if let Some(group) = &self.group {
             let (reply, answer) = oneshot::channel();
             group
                 .0
                 .send(Job::End(end, reply))
                 .await
-                .map_err(|_| anyhow::anyhow!("the writer has stopped"))?;
-            return answer.await?.map_err(anyhow::Error::msg);
+                .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
+            let answer = answer
+                .await
+                .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
+            return answer.map_err(StoreError::Unavailable);
         }
         let mut tx = self.writer().begin().await?;
         end_in(&mut tx, &end).await?;

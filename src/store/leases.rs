@@ -6,6 +6,7 @@
 use sqlx::Row;
 
 use super::calls::{COLUMNS, call};
+use super::error::StoreResult;
 use super::{BudgetShare, CallRow, Store, sql};
 use crate::states::MessageStatus;
 
@@ -25,7 +26,7 @@ pub struct FileLock {
 }
 
 impl FileLock {
-    pub(super) fn take(url: &str) -> anyhow::Result<Option<FileLock>> {
+    pub(super) fn take(url: &str) -> std::io::Result<Option<FileLock>> {
         let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
         let path = rest.split('?').next().unwrap_or_default();
         if path.is_empty() || path == ":memory:" {
@@ -73,7 +74,7 @@ pub struct StreamingAnswer {
 
 impl Store {
     /// Takes this process's lease (at start), timed by the database's clock.
-    pub async fn take_lease(&self) -> anyhow::Result<()> {
+    pub async fn take_lease(&self) -> StoreResult<()> {
         let now = self.now_sql();
         sqlx::query(sql(format!(
             "INSERT INTO leases (owner, started_at, expires_at) VALUES ($1, {now}, {now} + $2)"
@@ -89,7 +90,7 @@ impl Store {
     /// process (this one was paused for longer than a lease): the lease is taken
     /// anew, and the outcomes this process still writes for what was claimed are
     /// refused (they are guarded by owner).
-    pub async fn renew_lease(&self) -> anyhow::Result<bool> {
+    pub async fn renew_lease(&self) -> StoreResult<bool> {
         let renewed = sqlx::query(sql(format!(
             "UPDATE leases SET expires_at = {} + $2 WHERE owner = $1",
             self.now_sql()
@@ -106,7 +107,7 @@ impl Store {
     }
 
     /// Gives the lease up at a clean shutdown (nothing is left running then).
-    pub async fn release_lease(&self) -> anyhow::Result<()> {
+    pub async fn release_lease(&self) -> StoreResult<()> {
         sqlx::query("DELETE FROM leases WHERE owner = $1")
             .bind(self.owner())
             .execute(self.writer())
@@ -118,7 +119,7 @@ impl Store {
     /// no lease at all (a process that stopped with work left). `at_start`: a
     /// start that found itself the only process on a SQLite file claims every
     /// other lease, lapsed or not.
-    pub async fn claim_dead(&self, at_start: bool) -> anyhow::Result<Claimed> {
+    pub async fn claim_dead(&self, at_start: bool) -> StoreResult<Claimed> {
         let every_other = at_start && self.file_lock.as_ref().is_some_and(|l| l.solo);
         let lapsed = match every_other {
             true => "1 = 1".to_string(),
@@ -154,7 +155,7 @@ impl Store {
         leased: bool,
         lapsed: &str,
         claimed: &mut Claimed,
-    ) -> anyhow::Result<()> {
+    ) -> StoreResult<()> {
         let mut tx = self.writer().begin().await?;
         // Deleting the lapsed lease is what wins the claim: of two replicas, one
         // deletes it and the other finds nothing to delete.
@@ -230,7 +231,7 @@ impl Store {
 
     /// Marks an interrupted answer failed, keeping its saved text, and gives its
     /// budget reservation back (settled to `spent`, an estimate of what it used).
-    pub async fn fail_answer(&self, answer: &StreamingAnswer, spent: i64) -> anyhow::Result<()> {
+    pub async fn fail_answer(&self, answer: &StreamingAnswer, spent: i64) -> StoreResult<()> {
         let share = answer.budget_day.as_ref().map(|day| BudgetShare {
             site: answer.site.clone(),
             day: day.clone(),
@@ -249,7 +250,7 @@ impl Store {
         message: &str,
         share: Option<&BudgetShare>,
         spent: i64,
-    ) -> anyhow::Result<()> {
+    ) -> StoreResult<()> {
         let mut tx = self.writer().begin().await?;
         if let Some(share) = share {
             super::budgets::settle_once(&mut *tx, share, spent, message, self.owner()).await?;
@@ -272,7 +273,7 @@ impl Store {
         message: &str,
         text: &str,
         context: Option<&str>,
-    ) -> anyhow::Result<()> {
+    ) -> StoreResult<()> {
         sqlx::query(
             "UPDATE messages SET text = $2, context = COALESCE($3, context) WHERE id = $1 AND status = $4",
         )

@@ -10,6 +10,7 @@ mod budgets;
 mod calls;
 mod cards;
 mod conversations;
+mod error;
 mod group;
 mod leases;
 mod migrate;
@@ -23,6 +24,7 @@ pub use audit::AuditRow;
 pub use calls::CallRow;
 pub use cards::Decided;
 pub use conversations::{MessageRow, STREAMING};
+pub use error::{StoreError, StoreResult};
 pub use leases::{Claimed, StreamingAnswer};
 pub use turns::{TurnEnd, TurnStart};
 
@@ -180,7 +182,7 @@ impl Store {
         Ok(store)
     }
 
-    pub async fn ping(&self) -> anyhow::Result<()> {
+    pub async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }

@@ -1,12 +1,13 @@
 use sqlx::Row;
 
 use super::Store;
+use super::error::StoreResult;
 use crate::clock::Millis;
 use crate::ids::new_id;
 
 impl Store {
     /// A new anonymous visitor of a site.
-    pub async fn create_visitor(&self, site: &str, now: Millis) -> anyhow::Result<String> {
+    pub async fn create_visitor(&self, site: &str, now: Millis) -> StoreResult<String> {
         let id = new_id("v");
         sqlx::query(
             "INSERT INTO visitors (id, site, user_id, created_at) VALUES ($1, $2, NULL, $3)",
@@ -26,7 +27,7 @@ impl Store {
         site: &str,
         user_id: &str,
         now: Millis,
-    ) -> anyhow::Result<String> {
+    ) -> StoreResult<String> {
         let candidate = new_id("v");
         let mut tx = self.writer().begin().await?;
         let inserted = sqlx::query("INSERT INTO identities (site, user_id, visitor) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
@@ -57,7 +58,7 @@ impl Store {
     }
 
     /// The verified user id a visitor is bound to, if any.
-    pub async fn visitor_user(&self, visitor: &str) -> anyhow::Result<Option<String>> {
+    pub async fn visitor_user(&self, visitor: &str) -> StoreResult<Option<String>> {
         let row = sqlx::query("SELECT user_id FROM visitors WHERE id = $1")
             .bind(visitor)
             .fetch_optional(self.pool())

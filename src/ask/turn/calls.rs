@@ -171,7 +171,7 @@ impl Turn {
             AuditRow::for_call(&row, AuditEvent::Refused, Some(reason), now),
         ];
         tracing::info!(tool = %call.name, reason = reason.as_str(), "tool call refused");
-        self.app.store.insert_call(&row, &audit).await
+        Ok(self.app.store.insert_call(&row, &audit).await?)
     }
 
     async fn run_auto(

@@ -75,7 +75,7 @@ impl Turn {
                     )
                     .await
             {
-                return self.stopped(Stop::Internal(e)).await;
+                return self.stopped(Stop::Internal(e.into())).await;
             }
             match self.handle_calls(&mut messages, bubble, calls).await {
                 Ok(true) => return TurnStatus::AwaitingConfirmation,
