@@ -3,7 +3,6 @@
 //! of them (the router is `routes.rs`).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, SiteConfig};
 use crate::guard::counters::{Counters, LocalCounters};
 use crate::knowledge::Knowledge;
-use crate::llm::{LocalProvider, OpenAiProvider, Provider};
+use crate::llm::{OpenAiProvider, Provider};
 use crate::secret::Keys;
 use crate::store::Store;
 use crate::tools::Toolbox;
@@ -63,7 +62,10 @@ pub struct Overrides {
 }
 
 /// Loads the embedded model, off the async runtime since it reads a large file.
-async fn local_provider(config: &Config) -> anyhow::Result<LocalProvider> {
+#[cfg(feature = "local-model")]
+async fn local_provider(config: &Config) -> anyhow::Result<Arc<dyn Provider>> {
+    use crate::llm::LocalProvider;
+    use std::path::PathBuf;
     let llm = &config.llm;
     let path = match &llm.local_model {
         Some(path) => PathBuf::from(path),
@@ -77,7 +79,15 @@ async fn local_provider(config: &Config) -> anyhow::Result<LocalProvider> {
     let queue = llm.local_queue;
     let (provider, _) =
         tokio::task::spawn_blocking(move || LocalProvider::start(path, tokenizer, queue)).await??;
-    Ok(provider)
+    Ok(Arc::new(provider))
+}
+
+#[cfg(not(feature = "local-model"))]
+async fn local_provider(_: &Config) -> anyhow::Result<Arc<dyn Provider>> {
+    anyhow::bail!(
+        "this build of Deskbell has no embedded model (it was built without the `local-model` feature): \
+         set [llm] provider = \"openai\" and a base_url"
+    )
 }
 
 /// Connects storage and the provider and derives the keys. The config must have been
@@ -104,7 +114,7 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
     store.take_lease().await?;
     let provider: Arc<dyn Provider> = match overrides.provider {
         Some(p) => p,
-        None if config.llm.provider == "local" => Arc::new(local_provider(&config).await?),
+        None if config.llm.provider == "local" => local_provider(&config).await?,
         None => Arc::new(OpenAiProvider::new(&config.llm)?),
     };
     let trusted_proxies = config

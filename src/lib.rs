@@ -21,6 +21,7 @@ pub mod secret;
 pub mod server;
 pub mod states;
 pub mod store;
+#[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod tools;
 pub mod visitor;

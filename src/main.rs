@@ -1,4 +1,5 @@
 fn main() -> std::process::ExitCode {
+    #[cfg(feature = "local-model")]
     deskbell::llm::local::prefer_fast_weights();
     deskbell::cli::main()
 }

@@ -66,6 +66,13 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
             "must be between 3 and 3600 seconds",
         );
     }
+    if config.llm.provider == "local" && !cfg!(feature = "local-model") {
+        add(
+            &mut out,
+            "llm.provider".into(),
+            "\"local\" needs a build with the embedded model (the `local-model` feature)",
+        );
+    }
     if !matches!(config.llm.provider.as_str(), "openai" | "local") {
         add(
             &mut out,

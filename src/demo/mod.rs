@@ -80,6 +80,7 @@ OpenAI-compatible server (Ollama, llama.cpp's server, vLLM).";
 /// Switches the demo to the embedded model, fetching the default model first when
 /// no file is given. When it cannot be had (no network, say), the demo still
 /// starts: the page and the shop work, and asking says the model is unavailable.
+#[cfg(feature = "local-model")]
 async fn use_local_model(llm: &mut crate::config::LlmConfig) {
     if llm.local_model.is_none() {
         let source = crate::llm::local::fetch::default_model();
@@ -97,6 +98,16 @@ async fn use_local_model(llm: &mut crate::config::LlmConfig) {
         }
     }
     llm.provider = "local".into();
+}
+
+/// A build without the embedded model has nothing to switch to: the demo says how
+/// to point it at a remote model.
+#[cfg(not(feature = "local-model"))]
+async fn use_local_model(_: &mut crate::config::LlmConfig) {
+    println!(
+        "\nThis build has no embedded model (built without the `local-model` feature), so the assistant \
+         cannot answer until OPENAI_API_KEY or DESKBELL_LLM_BASE_URL is set.\n"
+    );
 }
 
 /// A secret kept in the data folder, generated on first start, so restarts keep

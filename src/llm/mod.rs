@@ -5,9 +5,11 @@
 //! (a remote API today, an embedded model later) plugs in the same way.
 
 pub mod chunks;
+#[cfg(feature = "local-model")]
 pub mod local;
 pub(crate) mod openai;
 
+#[cfg(feature = "local-model")]
 pub use local::LocalProvider;
 pub use openai::OpenAiProvider;
 

@@ -7,7 +7,9 @@ mod crash;
 mod edges;
 mod guards;
 mod knowledge;
+#[cfg(feature = "local-model")]
 mod local;
+#[cfg(feature = "local-model")]
 mod local_arch;
 mod postgres;
 mod support;

@@ -72,6 +72,7 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     if wants("streams") {
         open_streams(&sizes).await?;
     }
+    #[cfg(feature = "local-model")]
     if wants("local") {
         crate::local::figures(quick).await?;
     }

@@ -3,12 +3,13 @@
 //! loopback HTTP with many concurrent clients, and prints each figure with its median
 //! and p99. `--quick` runs every figure small, for CI.
 //!
-//! Build both binaries first: `cargo build --release --bins`, then
+//! Build both binaries first: `cargo build --release --bins --features testkit`, then
 //! `ulimit -n 65536; target/release/deskbell-bench` (see BENCHMARKS.md).
 
 mod client;
 mod figures;
 mod knowledge;
+#[cfg(feature = "local-model")]
 mod local;
 mod server;
 mod stats;
@@ -17,6 +18,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     // Before the runtime starts any thread (see deskbell::llm::local).
+    #[cfg(feature = "local-model")]
     deskbell::llm::local::prefer_fast_weights();
     let quick = std::env::args().any(|a| a == "--quick");
     let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);

@@ -85,7 +85,7 @@ fn deskbell_binary() -> anyhow::Result<PathBuf> {
     let path = exe.with_file_name("deskbell");
     anyhow::ensure!(
         path.exists(),
-        "{} is missing: run `cargo build --release --bins` first",
+        "{} is missing: run `cargo build --release --bins --features testkit` first",
         path.display()
     );
     Ok(path)
