@@ -1,29 +1,32 @@
 //! Deskbell: a self-hosted AI help desk. See ARCHITECTURE.md for the map.
+//!
+//! Public are the modules the binary, the tests and the benchmark harness use;
+//! the request handlers and the confirmation flow are internal.
 
 pub mod app;
-pub mod ask;
-pub mod audit;
+mod ask;
+mod audit;
 pub mod budget;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod confirm;
-pub mod conversation;
-pub mod crashpoint;
+mod confirm;
+mod conversation;
+mod crashpoint;
 pub mod demo;
-pub mod error;
-pub mod guard;
+mod error;
+mod guard;
 pub mod ids;
 pub mod knowledge;
 pub mod llm;
 pub mod routes;
 pub mod secret;
-pub mod server;
+mod server;
 pub mod states;
 pub mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod tools;
 pub mod visitor;
-pub mod widget;
+mod widget;
 pub mod wire;
