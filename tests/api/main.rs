@@ -1,16 +1,25 @@
 //! Integration tests: the real app over HTTP on port 0, a fresh database each.
 
 mod ask;
+mod audit;
 mod cli;
 mod confirm;
 mod crash;
 mod edges;
+mod expiry;
 mod guards;
 mod knowledge;
+mod limits;
 #[cfg(feature = "local-model")]
 mod local;
 #[cfg(feature = "local-model")]
 mod local_arch;
+#[cfg(feature = "local-model")]
+mod local_demo;
 mod postgres;
+mod provider;
+mod refusals;
 mod support;
+mod tool_calls;
+mod turn_limits;
 mod visitors;

@@ -10,9 +10,18 @@ use deskbell::llm::Provider;
 use deskbell::testkit::{FakeLlm, Webhook};
 use serde_json::Value;
 
+mod processes;
+mod reply;
+
+pub use processes::{ask_as_new_visitor, config_file, deskbell_command, fresh_postgres_database};
+pub use reply::{Reply, parse_sse, read};
+
 pub const ORIGIN: &str = "https://shop.example";
+
 pub const SECRET: &str = "test-master-secret-0123456789-abcdefghijklmnop";
+
 pub const TOOL_SECRET: &str = "tool-webhook-secret";
+
 pub const IDENTITY_SECRET: &str = "acme-identity-secret";
 
 pub struct TestApp {
@@ -40,55 +49,6 @@ impl Backend {
             Ok("postgres") => Backend::Postgres,
             _ => Backend::Sqlite,
         }
-    }
-}
-
-/// A finished response: JSON for errors, parsed events for streams.
-#[derive(Debug)]
-pub struct Reply {
-    pub status: u16,
-    pub headers: reqwest::header::HeaderMap,
-    pub events: Vec<(String, Value)>,
-    pub json: Value,
-}
-
-impl Reply {
-    pub fn names(&self) -> Vec<&str> {
-        self.events.iter().map(|(n, _)| n.as_str()).collect()
-    }
-
-    pub fn event(&self, name: &str) -> &Value {
-        self.events
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v)
-            .unwrap_or_else(|| panic!("no {name} event in {:?}", self.names()))
-    }
-
-    pub fn all(&self, name: &str) -> Vec<&Value> {
-        self.events
-            .iter()
-            .filter(|(n, _)| n == name)
-            .map(|(_, v)| v)
-            .collect()
-    }
-
-    pub fn text(&self) -> String {
-        self.all("delta")
-            .iter()
-            .map(|d| d["text"].as_str().unwrap_or_default())
-            .collect()
-    }
-
-    pub fn code(&self) -> &str {
-        self.json["error"]["code"].as_str().unwrap_or_default()
-    }
-
-    pub fn conversation(&self) -> String {
-        self.event("turn")["conversation"]
-            .as_str()
-            .unwrap()
-            .to_string()
     }
 }
 
@@ -359,94 +319,6 @@ impl TestApp {
     }
 }
 
-pub async fn read(response: reqwest::Response) -> Reply {
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let is_stream = headers
-        .get("content-type")
-        .is_some_and(|v| v.to_str().unwrap_or("").starts_with("text/event-stream"));
-    let text = response.text().await.unwrap();
-    if is_stream {
-        Reply {
-            status,
-            headers,
-            events: parse_sse(&text),
-            json: Value::Null,
-        }
-    } else {
-        Reply {
-            status,
-            headers,
-            events: Vec::new(),
-            json: serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        }
-    }
-}
-
-pub fn parse_sse(text: &str) -> Vec<(String, Value)> {
-    text.split("\n\n")
-        .filter_map(|block| {
-            let mut name = None;
-            let mut data = None;
-            for line in block.lines() {
-                if let Some(n) = line
-                    .strip_prefix("event: ")
-                    .or_else(|| line.strip_prefix("event:"))
-                {
-                    name = Some(n.trim().to_string());
-                } else if let Some(d) = line
-                    .strip_prefix("data: ")
-                    .or_else(|| line.strip_prefix("data:"))
-                {
-                    data = Some(serde_json::from_str(d.trim()).unwrap());
-                }
-            }
-            Some((name?, data?))
-        })
-        .collect()
-}
-
-/// Against a server outside the test (a child process): a new visitor of the
-/// `acme` site asks `message` from `origin`.
-pub async fn ask_as_new_visitor(base: &str, origin: &str, message: &str) -> Reply {
-    let http = reqwest::Client::new();
-    let visitor: Value = http
-        .post(format!("{base}/v1/visitors"))
-        .header("origin", origin)
-        .json(&serde_json::json!({"site": "acme"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let ask = http
-        .post(format!("{base}/v1/ask"))
-        .header("origin", origin)
-        .bearer_auth(visitor["token"].as_str().unwrap())
-        .json(&serde_json::json!({"message": message}))
-        .send()
-        .await
-        .unwrap();
-    read(ask).await
-}
-
-/// The `deskbell` binary with a clean environment (only `PATH`).
-pub fn deskbell_command() -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_deskbell"));
-    c.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default());
-    c
-}
-
-/// A configuration file in a fresh temporary folder (kept alive by the first value).
-pub fn config_file(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(name);
-    std::fs::write(&path, text).unwrap();
-    (dir, path)
-}
-
 impl TestApp {
     /// A pool on the test's database, for tests that must reach past the API.
     pub async fn db(&self) -> sqlx::AnyPool {
@@ -501,22 +373,4 @@ pub fn for_racing(c: &mut Config) {
     limits.requests_per_minute = 1000;
     limits.requests_per_minute_per_ip = 1000;
     limits.concurrent_streams_per_visitor = 100;
-}
-
-/// A fresh, empty database on the PostgreSQL server named by
-/// `DESKBELL_TEST_POSTGRES` (default: the local server, trust auth).
-pub async fn fresh_postgres_database() -> String {
-    let server = std::env::var("DESKBELL_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-    sqlx::any::install_default_drivers();
-    let admin = sqlx::AnyPool::connect(&format!("{server}/postgres"))
-        .await
-        .expect("PostgreSQL must be running for these tests");
-    let name = format!("deskbell_test_{}", uuid::Uuid::now_v7().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
-    format!("{server}/{name}")
 }

@@ -1,9 +1,8 @@
 //! Each figure of BENCHMARKS.md, measured against a fresh server.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deskbell::testkit::{FakeLlm, Piece, Reply, Webhook};
+use deskbell::testkit::{FakeLlm, Reply, Webhook};
 use futures_util::StreamExt;
 use serde_json::json;
 
@@ -11,13 +10,13 @@ use crate::client::Client;
 use crate::server;
 use crate::stats::{Samples, ms, report};
 
-struct Sizes {
-    concurrency: usize,
-    asks_per_client: usize,
-    throughput_for: Duration,
-    confirm_samples: usize,
-    open_streams: usize,
-    guard_visitors: usize,
+pub struct Sizes {
+    pub concurrency: usize,
+    pub asks_per_client: usize,
+    pub throughput_for: Duration,
+    pub confirm_samples: usize,
+    pub open_streams: usize,
+    pub guard_visitors: usize,
 }
 
 impl Sizes {
@@ -64,13 +63,13 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         confirm_round_trip(&sizes).await?;
     }
     if wants("guards") {
-        guards_under_load(&sizes).await?;
+        crate::load::guards_under_load(&sizes).await?;
     }
     if wants("knowledge") {
         crate::knowledge::figures(quick).await?;
     }
     if wants("streams") {
-        open_streams(&sizes).await?;
+        crate::load::open_streams(&sizes).await?;
     }
     #[cfg(feature = "local-model")]
     if wants("local") {
@@ -79,7 +78,7 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn fakes() -> anyhow::Result<(FakeLlm, Webhook)> {
+pub async fn fakes() -> anyhow::Result<(FakeLlm, Webhook)> {
     Ok((FakeLlm::start().await?, Webhook::start().await?))
 }
 
@@ -125,7 +124,7 @@ async fn start_and_idle() -> anyhow::Result<()> {
 
 /// The scripted model's own time to first token, asked directly at the same
 /// concurrency: the baseline that Deskbell's figure is compared with.
-async fn model_ttft(
+pub async fn model_ttft(
     llm: &FakeLlm,
     concurrency: usize,
     per_client: usize,
@@ -161,7 +160,7 @@ async fn model_ttft(
     Ok(all)
 }
 
-async fn asks_in_parallel(
+pub async fn asks_in_parallel(
     client: &Client,
     site: &str,
     concurrency: usize,
@@ -342,157 +341,4 @@ async fn webhook_time(hook: &Webhook, n: usize) -> anyhow::Result<Samples> {
         samples.push(started.elapsed());
     }
     Ok(samples)
-}
-
-/// Rate limits hold under many clients, and refused requests do not slow accepted
-/// ones: accepted asks are timed alone, then again beside a flood of refused ones.
-async fn guards_under_load(sizes: &Sizes) -> anyhow::Result<()> {
-    let (llm, hook) = fakes().await?;
-    let s = server::start(&llm, &hook).await?;
-    let client = Client::new(&s.base);
-    let visitors = sizes.guard_visitors;
-    // Each visitor fires 30 asks at a limit of 20 per minute: a burst of 20 passes,
-    // then one more for every 3 seconds the load lasts (the bucket refills).
-    let started = Instant::now();
-    let (accepted, refused) = asks_in_parallel(&client, "limited", visitors, 30).await?;
-    let refills = (started.elapsed().as_secs_f64() / 3.0).ceil() as usize;
-    let bound = visitors * (20 + refills);
-    let held = accepted.len() >= visitors * 20
-        && accepted.len() <= bound
-        && accepted.len() + refused == visitors * 30;
-    report(
-        &format!("rate limit under load ({visitors} visitors × 30 asks, limit 20/min)"),
-        &format!(
-            "{} accepted, {} refused in {:.1} s (bucket allows {}..={}) — {}",
-            accepted.len(),
-            refused,
-            started.elapsed().as_secs_f64(),
-            visitors * 20,
-            bound,
-            if held { "held" } else { "BROKEN" }
-        ),
-        "20 per visitor plus refills",
-    );
-    anyhow::ensure!(held, "the rate limit did not hold under load");
-    let quiet = asks_in_parallel(&client, "bench", 20, sizes.asks_per_client)
-        .await?
-        .0;
-    let flooders: Vec<String> =
-        futures_util::future::join_all((0..visitors).map(|_| client.visitor("limited")))
-            .await
-            .into_iter()
-            .collect::<Result<_, _>>()?;
-    for token in &flooders {
-        for _ in 0..20 {
-            client.ask(token, &json!({"message": "spend"})).await?;
-        }
-    }
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flood = flooders.into_iter().map(|token| {
-        let (client, stop) = (client.clone(), stop.clone());
-        tokio::spawn(async move {
-            // Each flooder asks 20 times a second: with 100 of them, 2,000 refusals a
-            // second, a heavy abuse rate that leaves the two cores room to serve.
-            let mut refused = 0usize;
-            let mut tick = tokio::time::interval(Duration::from_millis(50));
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                tick.tick().await;
-                if matches!(client.ask(&token, &json!({"message": "again"})).await, Ok(a) if a.status == 429) {
-                    refused += 1;
-                }
-            }
-            refused
-        })
-    });
-    let flood: Vec<_> = flood.collect();
-    let busy = asks_in_parallel(&client, "bench", 20, sizes.asks_per_client)
-        .await?
-        .0;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut refused = 0;
-    for f in flood {
-        refused += f.await?;
-    }
-    report(
-        "accepted asks alone vs. beside a flood of refused ones (TTFT)",
-        &format!(
-            "alone p50 {} p99 {}; beside {refused} refusals p50 {} p99 {}",
-            ms(quiet.p50()),
-            ms(quiet.p99()),
-            ms(busy.p50()),
-            ms(busy.p99())
-        ),
-        "no material slow-down",
-    );
-    Ok(())
-}
-
-/// Many answers held open at once while the model trickles a token a second.
-async fn open_streams(sizes: &Sizes) -> anyhow::Result<()> {
-    let (llm, hook) = fakes().await?;
-    let s = server::start(&llm, &hook).await?;
-    let client = Client::new(&s.base);
-    let idle = s.rss_mib();
-    let n = sizes.open_streams;
-    let seconds = if n > 1000 { 40 } else { 5 };
-    for _ in 0..n {
-        let mut pieces = Vec::new();
-        for _ in 0..seconds {
-            pieces.push(Piece::Text("a".into()));
-            pieces.push(Piece::Pause(Duration::from_secs(1)));
-        }
-        llm.push(Reply::Stream(pieces));
-    }
-    let tokens =
-        futures_util::future::join_all((0..n.div_ceil(1000)).map(|_| client.visitor("bench")))
-            .await;
-    let tokens: Vec<String> = tokens.into_iter().collect::<Result<_, _>>()?;
-    let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for i in 0..n {
-        let (client, token, opened) = (
-            client.clone(),
-            tokens[i % tokens.len()].clone(),
-            opened.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let response = client
-                .http
-                .post(format!("{}/v1/ask", client.base))
-                .header("origin", server::ORIGIN)
-                .bearer_auth(&token)
-                .json(&json!({"message": "trickle"}))
-                .send()
-                .await;
-            if let Ok(r) = response
-                && r.status().is_success()
-            {
-                opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let mut body = r.bytes_stream();
-                while body.next().await.is_some() {}
-            }
-        }));
-    }
-    let started = Instant::now();
-    while opened.load(std::sync::atomic::Ordering::Relaxed) < n
-        && started.elapsed() < Duration::from_secs(seconds as u64 - 2)
-    {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let rss = s.rss_mib();
-    let open = opened.load(std::sync::atomic::Ordering::Relaxed);
-    report(
-        &format!("open streams held at once (model trickling 1 token/s), {n} asked"),
-        &format!(
-            "{open} open after {:.1} s; RSS {rss:.0} MiB (idle {idle:.0} MiB, {:.1} KiB per stream)",
-            started.elapsed().as_secs_f64(),
-            (rss - idle) * 1024.0 / open.max(1) as f64
-        ),
-        "10,000 with RSS ≤ 300 MB",
-    );
-    for t in tasks {
-        t.abort();
-    }
-    Ok(())
 }

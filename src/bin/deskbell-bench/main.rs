@@ -9,6 +9,7 @@
 mod client;
 mod figures;
 mod knowledge;
+mod load;
 #[cfg(feature = "local-model")]
 mod local;
 mod server;

@@ -1,0 +1,281 @@
+//! The crash tests' harness: `deskbell serve` as a child process on a fresh port,
+//! killed or aborted at a crash point, and the test's view of its database.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use deskbell::testkit::{FakeLlm, HookReply, Reply as Script, Webhook};
+use serde_json::{Value, json};
+
+use crate::support::{self, ORIGIN, deskbell_command, read};
+
+/// A `deskbell serve` child process on a fresh port.
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+}
+
+/// `deskbell serve` on a fresh port, optionally aborting at a crash point.
+pub fn spawn(config: &Path, crash_at: Option<&str>) -> (Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut command = deskbell_command();
+    command
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("DESKBELL_BIND", format!("127.0.0.1:{port}"))
+        .env("BETTER_AUTH_SECRET", support::SECRET)
+        .env("TOOL_SECRET", support::TOOL_SECRET)
+        .env("ACME_IDENTITY_SECRET", support::IDENTITY_SECRET)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(point) = crash_at {
+        command.env("DESKBELL_CRASH_AT", point);
+    }
+    (command.spawn().unwrap(), format!("http://127.0.0.1:{port}"))
+}
+
+impl Server {
+    pub async fn start(config: &Path, crash_at: Option<&str>) -> Server {
+        let (child, base) = spawn(config, crash_at);
+        let server = Server { child, base };
+        let http = reqwest::Client::new();
+        for _ in 0..400 {
+            if http
+                .get(format!("{}/healthz", server.base))
+                .send()
+                .await
+                .is_ok()
+            {
+                return server;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("deskbell serve did not start");
+    }
+
+    /// SIGKILL: no shutdown, no destructor, nothing more written.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Waits for a process that aborts itself at a crash point.
+    pub async fn crashed(mut self) {
+        for _ in 0..400 {
+            if self.child.try_wait().unwrap().is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        self.child.kill().unwrap();
+        panic!("the crash point was not reached");
+    }
+
+    pub async fn visitor(&self) -> String {
+        let http = reqwest::Client::new();
+        let r = http
+            .post(format!("{}/v1/visitors", self.base))
+            .header("origin", ORIGIN)
+            .json(&json!({"site": "acme"}))
+            .send()
+            .await
+            .unwrap();
+        let body: Value = r.json().await.unwrap();
+        body["token"].as_str().unwrap().to_string()
+    }
+
+    pub async fn ask(&self, token: &str, body: Value) -> support::Reply {
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/ask", self.base))
+            .header("origin", ORIGIN)
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        read(r).await
+    }
+
+    /// Raises a card for cancelling order 42 and confirms it without waiting for
+    /// the answer (the crash will cut it); returns the conversation and the card.
+    pub async fn confirm_in_background(&self, s: &Setup, token: &str) -> (String, Value) {
+        s.llm.push(Script::tool_calls(&[(
+            "cancel_order",
+            json!({"order_id": 42}),
+        )]));
+        let r = self.ask(token, json!({"message": "Cancel order 42"})).await;
+        let conversation = r.conversation();
+        let card = r.event("confirm").clone();
+        self.ask_in_background(
+            token,
+            json!({"conversation": conversation, "call": card["call"], "decision": "confirm", "signature": card["signature"]}),
+        );
+        (conversation, card)
+    }
+
+    /// Sends an ask whose stream will be cut by the crash; nobody waits for it.
+    pub fn ask_in_background(&self, token: &str, body: Value) {
+        let request = reqwest::Client::new()
+            .post(format!("{}/v1/ask", self.base))
+            .header("origin", ORIGIN)
+            .bearer_auth(token)
+            .json(&body);
+        tokio::spawn(async move {
+            if let Ok(r) = request.send().await {
+                let _ = r.text().await;
+            }
+        });
+    }
+
+    pub async fn history(&self, token: &str, conversation: &str) -> Value {
+        let r = reqwest::Client::new()
+            .get(format!("{}/v1/conversations/{conversation}", self.base))
+            .header("origin", ORIGIN)
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        r.json().await.unwrap()
+    }
+
+    /// Polls the history until it shows `count` messages (an answer still
+    /// streaming is not shown).
+    pub async fn settled_history(&self, token: &str, conversation: &str, count: usize) -> Value {
+        for _ in 0..600 {
+            let h = self.history(token, conversation).await;
+            if h["messages"].as_array().is_some_and(|m| m.len() >= count) {
+                return h;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the interrupted turn was never finished");
+    }
+}
+
+/// The database of the suite's run (`DESKBELL_TEST_BACKEND`).
+pub fn on_postgres() -> bool {
+    support::Backend::under_test() == support::Backend::Postgres
+}
+
+pub struct Setup {
+    pub llm: FakeLlm,
+    pub hook: Webhook,
+    pub config: PathBuf,
+    pub database_url: String,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn setup(postgres: bool) -> Setup {
+    let llm = FakeLlm::start().await.unwrap();
+    let hook = Webhook::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let database_url = match postgres {
+        true => support::fresh_postgres_database().await,
+        false => format!("sqlite://{}", dir.path().join("deskbell.db").display()),
+    };
+    // A short lease, so that on PostgreSQL (where a start takes over only lapsed
+    // leases) recovery comes within seconds.
+    let text = format!(
+        "[server]\ndata_dir = \"{}\"\ndatabase_url = \"{database_url}\"\nlease_s = 3\n{}",
+        dir.path().display(),
+        // The model stand-in pauses mid-answer longer than the suite's usual
+        // stall limit.
+        support::config_text(&llm, &hook).replace("idle_timeout_s = 2", "idle_timeout_s = 300")
+    );
+    let config = dir.path().join("deskbell.toml");
+    std::fs::write(&config, text).unwrap();
+    Setup {
+        llm,
+        hook,
+        config,
+        database_url,
+        _dir: dir,
+    }
+}
+
+impl Setup {
+    pub async fn db(&self) -> sqlx::AnyPool {
+        sqlx::any::install_default_drivers();
+        sqlx::AnyPool::connect(&self.database_url).await.unwrap()
+    }
+
+    pub async fn audit(&self, call: &str) -> Vec<String> {
+        let rows = sqlx::query("SELECT event, reason FROM audit WHERE call = $1 ORDER BY at, id")
+            .bind(call)
+            .fetch_all(&self.db().await)
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| {
+                use sqlx::Row;
+                let event: String = r.get("event");
+                match r.get::<Option<String>, _>("reason") {
+                    Some(reason) => format!("{event}:{reason}"),
+                    None => event,
+                }
+            })
+            .collect()
+    }
+
+    /// The one call of the test's conversation, by the tool's path.
+    pub async fn call_id(&self, tool: &str) -> String {
+        use sqlx::Row;
+        let row = sqlx::query("SELECT id FROM calls WHERE tool = $1")
+            .bind(tool)
+            .fetch_one(&self.db().await)
+            .await
+            .unwrap();
+        row.get("id")
+    }
+
+    pub async fn reserved(&self) -> i64 {
+        use sqlx::Row;
+        let row =
+            sqlx::query("SELECT CAST(COALESCE(SUM(reserved), 0) AS BIGINT) AS r FROM budgets")
+                .fetch_one(&self.db().await)
+                .await
+                .unwrap();
+        row.try_get::<i64, _>("r").unwrap_or_default()
+    }
+
+    pub async fn wait_for_delivery(&self, path: &str, count: usize) {
+        for _ in 0..400 {
+            if self.hook.calls().iter().filter(|c| c.path == path).count() >= count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the tool was not called");
+    }
+
+    pub fn idempotency_keys(&self, path: &str) -> Vec<String> {
+        self.hook
+            .calls()
+            .iter()
+            .filter(|c| c.path == path)
+            .map(|c| c.headers["idempotency-key"].clone())
+            .collect()
+    }
+}
+
+/// A tool that never answers in time: the process is killed while it runs.
+pub fn hanging() -> HookReply {
+    HookReply {
+        status: 200,
+        body: "{\"ok\":true}".into(),
+        delay: Duration::from_secs(120),
+    }
+}
+
+impl Server {
+    /// A start that recovers the dead process's call and dies delivering it.
+    pub async fn start_crashing(config: &Path, point: &str) {
+        let (child, base) = spawn(config, Some(point));
+        Server { child, base }.crashed().await;
+    }
+}

@@ -1,0 +1,112 @@
+//! Cards that run out of time or are superseded by a new question (SPEC §6.6, §7).
+
+use std::time::Duration;
+
+use deskbell::testkit::Reply as Script;
+
+use crate::confirm::TEN_MINUTES_MS;
+use crate::support::TestApp;
+
+#[tokio::test]
+async fn a_late_answer_is_refused_and_the_card_reads_expired() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    let (conversation, card) = t.raise_card(&token).await;
+    t.clock.advance_ms(TEN_MINUTES_MS);
+    let r = t.answer(&token, &conversation, &card, "confirm").await;
+    assert_eq!((r.status, r.code()), (410, "confirmation_expired"));
+    let again = t.answer(&token, &conversation, &card, "cancel").await;
+    assert_eq!((again.status, again.code()), (410, "confirmation_expired"));
+    assert!(t.hook.calls().is_empty());
+    let call = card["call"].as_str().unwrap();
+    assert_eq!(
+        t.audit_events(call).await,
+        ["requested", "expired", "refused:late", "refused:late"]
+    );
+    let expired = &t.app.store.audit_for_call(call).await.unwrap()[1];
+    let expires_at =
+        chrono::DateTime::parse_from_rfc3339(card["expires_at"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        expired.at,
+        expires_at.timestamp_millis(),
+        "the expiry time is the decision time"
+    );
+    let step = &t.history(&token, &conversation).await.json["messages"][1]["steps"][0];
+    assert_eq!(step["status"], "expired");
+    assert_eq!(step["decided_at"], card["expires_at"]);
+    assert!(
+        step.get("signature").is_none(),
+        "an expired card carries no signature, so no buttons"
+    );
+}
+
+#[tokio::test]
+async fn a_card_expires_whether_or_not_anybody_answers() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    let (_, card) = t.raise_card(&token).await;
+    t.clock.advance_ms(TEN_MINUTES_MS - 1);
+    assert!(
+        t.app
+            .store
+            .expire_due(deskbell::clock::Clock::now_ms(&*t.clock), None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    t.clock.advance_ms(1);
+    let swept = t
+        .app
+        .store
+        .expire_due(deskbell::clock::Clock::now_ms(&*t.clock), None)
+        .await
+        .unwrap();
+    assert_eq!(swept.len(), 1);
+    assert_eq!(
+        t.audit_events(card["call"].as_str().unwrap()).await,
+        ["requested", "expired"]
+    );
+}
+
+#[tokio::test]
+async fn the_time_to_live_follows_the_setting() {
+    let t = TestApp::with(|c| c.approval_ttl = Duration::from_secs(3)).await;
+    let token = t.visitor().await;
+    let (conversation, card) = t.raise_card(&token).await;
+    let expires =
+        chrono::DateTime::parse_from_rfc3339(card["expires_at"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        expires.timestamp_millis() - deskbell::clock::Clock::now_ms(&*t.clock),
+        3000
+    );
+    t.clock.advance_ms(2999);
+    t.llm.push(Script::text("Done."));
+    assert_eq!(
+        t.answer(&token, &conversation, &card, "confirm")
+            .await
+            .status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn a_new_message_closes_a_pending_card_as_superseded() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    let (conversation, card) = t.raise_card(&token).await;
+    t.llm.push(Script::text("Sure, what else?"));
+    let r = t
+        .question(&token, Some(&conversation), "Actually, never mind")
+        .await;
+    assert_eq!(r.status, 200);
+    let call = card["call"].as_str().unwrap();
+    assert_eq!(
+        t.audit_events(call).await,
+        ["requested", "cancelled:superseded"]
+    );
+    let stale = t.answer(&token, &conversation, &card, "confirm").await;
+    assert_eq!((stale.status, stale.code()), (409, "call_not_pending"));
+    assert!(t.hook.calls().is_empty());
+    let h = t.history(&token, &conversation).await.json;
+    assert_eq!(h["messages"][1]["steps"][0]["status"], "cancelled");
+}

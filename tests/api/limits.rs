@@ -1,0 +1,321 @@
+//! Rate limits, the daily budget and the stream caps (SPEC §5), and their
+//! refusals with `Retry-After`.
+
+use std::time::Duration;
+
+use deskbell::testkit::{Piece, Reply as Script};
+use serde_json::json;
+
+use crate::support::{ORIGIN, TestApp};
+
+fn slow(text: &str, ms: u64) -> Script {
+    Script::Stream(vec![
+        Piece::Text(text.into()),
+        Piece::Pause(Duration::from_millis(ms)),
+        Piece::Text(".".into()),
+    ])
+}
+
+fn retry_after(r: &crate::support::Reply) -> u64 {
+    r.headers["retry-after"].to_str().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_visitor_over_the_rate_limit_gets_429_with_retry_after() {
+    let t = TestApp::with(|c| c.sites[0].limits.requests_per_minute = 3).await;
+    let token = t.visitor().await;
+    for _ in 0..3 {
+        assert_eq!(t.question(&token, None, "hi").await.status, 200);
+    }
+    let r = t.question(&token, None, "hi").await;
+    assert_eq!((r.status, r.code()), (429, "rate_limited"));
+    assert_eq!(retry_after(&r), 20);
+    assert_eq!(
+        t.llm.requests().len(),
+        3,
+        "a refusal never reaches the model"
+    );
+    t.clock.advance_ms(19_000);
+    assert_eq!(retry_after(&t.question(&token, None, "hi").await), 1);
+    t.clock.advance_ms(1_000);
+    assert_eq!(t.question(&token, None, "hi").await.status, 200);
+    let other = t.visitor().await;
+    assert_eq!(
+        t.question(&other, None, "hi").await.status,
+        200,
+        "limits are per visitor"
+    );
+}
+
+#[tokio::test]
+async fn an_answer_to_a_card_counts_against_the_rate_limit() {
+    let t = TestApp::with(|c| c.sites[0].limits.requests_per_minute = 1).await;
+    let token = t.visitor().await;
+    let (conversation, card) = t.raise_card(&token).await;
+    let refused = t.answer(&token, &conversation, &card, "confirm").await;
+    assert_eq!((refused.status, refused.code()), (429, "rate_limited"));
+    assert!(t.hook.calls().is_empty());
+    t.clock.advance_ms(60_000);
+    assert_eq!(
+        t.answer(&token, &conversation, &card, "confirm")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(t.hook.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn the_per_ip_limit_holds_across_visitors_and_ignores_untrusted_forwarding() {
+    let t = TestApp::with(|c| c.sites[0].limits.requests_per_minute_per_ip = 2).await;
+    for i in 0..2 {
+        let token = t.visitor().await;
+        assert_eq!(
+            t.question(&token, None, &format!("hi {i}")).await.status,
+            200
+        );
+    }
+    let token = t.visitor().await;
+    let spoofed = t
+        .http
+        .post(format!("{}/v1/ask", t.base))
+        .header("origin", ORIGIN)
+        .header("x-forwarded-for", "198.51.100.7")
+        .bearer_auth(&token)
+        .json(&json!({"message": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        spoofed.status(),
+        429,
+        "X-Forwarded-For from an untrusted peer is ignored"
+    );
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_forwarded_address_is_the_client() {
+    let t = TestApp::with(|c| {
+        c.sites[0].limits.requests_per_minute_per_ip = 1;
+        c.server.trusted_proxies = vec!["127.0.0.1".into()];
+    })
+    .await;
+    for client in ["198.51.100.1", "198.51.100.2", "198.51.100.2"]
+        .iter()
+        .enumerate()
+    {
+        let token = t.visitor().await;
+        let r = t
+            .http
+            .post(format!("{}/v1/ask", t.base))
+            .header("origin", ORIGIN)
+            .header("x-forwarded-for", *client.1)
+            .bearer_auth(&token)
+            .json(&json!({"message": "hi"}))
+            .send()
+            .await
+            .unwrap();
+        let expected = if client.0 < 2 { 200 } else { 429 };
+        assert_eq!(r.status(), expected, "{client:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_spent_daily_budget_refuses_turns_until_midnight_utc_and_survives_a_restart() {
+    let t = TestApp::with(|c| {
+        c.sites[0].limits.daily_token_budget = 100;
+        c.sites[0].limits.max_tokens_per_turn = 50;
+    })
+    .await;
+    let token = t.visitor().await;
+    for _ in 0..2 {
+        t.llm.push(Script::Stream(vec![
+            Piece::Text("ok".into()),
+            Piece::Usage {
+                input: 40,
+                output: 30,
+            },
+        ]));
+        assert_eq!(t.question(&token, None, "hi").await.status, 200);
+    }
+    let r = t.question(&token, None, "hi").await;
+    assert_eq!((r.status, r.code()), (429, "daily_budget_exhausted"));
+    let now = deskbell::clock::Clock::now_ms(&*t.clock);
+    assert_eq!(retry_after(&r), deskbell::budget::seconds_to_midnight(now));
+    let day = deskbell::budget::utc_day(now);
+    assert_eq!(t.app.store.budget_spent("acme", &day).await.unwrap(), 140);
+
+    let restarted = t
+        .replica(|c| {
+            c.sites[0].limits.daily_token_budget = 100;
+        })
+        .await;
+    assert_eq!(
+        restarted.question(&token, None, "hi").await.code(),
+        "daily_budget_exhausted"
+    );
+    t.clock.advance_ms(retry_after(&r) as i64 * 1000);
+    assert_eq!(
+        restarted.question(&token, None, "hi").await.status,
+        200,
+        "a new UTC day, a new budget"
+    );
+}
+
+#[tokio::test]
+async fn an_answer_to_a_card_is_refused_when_the_budget_is_spent() {
+    let t = TestApp::with(|c| {
+        c.sites[0].limits.daily_token_budget = 60;
+        c.sites[0].limits.max_tokens_per_turn = 50;
+    })
+    .await;
+    let token = t.visitor().await;
+    t.llm.push(Script::Stream(vec![
+        Piece::ToolCall {
+            id: "c1".into(),
+            name: "cancel_order".into(),
+            arguments: r#"{"order_id":42}"#.into(),
+        },
+        Piece::Usage {
+            input: 50,
+            output: 20,
+        },
+    ]));
+    let r = t.question(&token, None, "Cancel 42").await;
+    let refused = t
+        .answer(&token, &r.conversation(), r.event("confirm"), "confirm")
+        .await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (429, "daily_budget_exhausted")
+    );
+    assert!(t.hook.calls().is_empty());
+}
+
+#[tokio::test]
+async fn turns_running_at_once_overshoot_the_budget_by_at_most_one_turns_cap() {
+    let t = TestApp::with(|c| {
+        c.sites[0].limits.daily_token_budget = 100;
+        c.sites[0].limits.max_tokens_per_turn = 50;
+    })
+    .await;
+    let mut tokens = Vec::new();
+    for _ in 0..10 {
+        tokens.push(t.visitor().await);
+        t.llm.push(Script::Stream(vec![
+            Piece::Text("a".into()),
+            Piece::Pause(Duration::from_millis(200)),
+            Piece::Usage {
+                input: 25,
+                output: 25,
+            },
+        ]));
+    }
+    let asks = tokens.iter().map(|token| t.question(token, None, "hi"));
+    let replies = futures_util::future::join_all(asks).await;
+    let admitted = replies.iter().filter(|r| r.status == 200).count();
+    // Nothing was spent when they were refused: the other turns' reservations
+    // stood in the way, which is a moment's wait, not "come back tomorrow".
+    assert!(
+        replies
+            .iter()
+            .all(|r| r.status == 200 || r.code() == "too_many_streams")
+    );
+    let day = deskbell::budget::utc_day(deskbell::clock::Clock::now_ms(&*t.clock));
+    let spent = t.app.store.budget_spent("acme", &day).await.unwrap();
+    assert!(spent <= 100 + 50, "spent {spent}");
+    assert_eq!(spent, 50 * admitted as i64);
+    assert!(admitted >= 2);
+}
+
+#[tokio::test]
+async fn a_visitor_may_stream_only_so_many_answers_at_once() {
+    let t = TestApp::with(|c| c.sites[0].limits.concurrent_streams_per_visitor = 1).await;
+    let token = t.visitor().await;
+    t.llm.push(slow("slow", 400));
+    let (first, second) = tokio::join!(t.question(&token, None, "one"), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        t.question(&token, None, "two").await
+    });
+    assert_eq!(first.status, 200);
+    assert_eq!((second.status, second.code()), (429, "too_many_streams"));
+    assert!(retry_after(&second) >= 1);
+    t.settle().await;
+    assert_eq!(
+        t.question(&token, None, "three").await.status,
+        200,
+        "the slot came back"
+    );
+    let other = t.visitor().await;
+    t.llm.push(slow("slow", 300));
+    let (a, b) = tokio::join!(t.question(&token, None, "mine"), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        t.question(&other, None, "theirs").await
+    });
+    assert_eq!((a.status, b.status), (200, 200), "the cap is per visitor");
+}
+
+#[tokio::test]
+async fn the_site_wide_stream_cap_holds_across_visitors() {
+    let t = TestApp::with(|c| c.sites[0].limits.concurrent_streams = 1).await;
+    let (alice, bob) = (t.visitor().await, t.visitor().await);
+    t.llm.push(slow("slow", 400));
+    let (a, b) = tokio::join!(t.question(&alice, None, "one"), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        t.question(&bob, None, "two").await
+    });
+    assert_eq!((a.status, b.code()), (200, "too_many_streams"));
+}
+
+#[tokio::test]
+async fn a_stream_slot_is_freed_when_the_client_leaves_or_the_provider_fails() {
+    let t = TestApp::with(|c| c.sites[0].limits.concurrent_streams_per_visitor = 1).await;
+    let token = t.visitor().await;
+    t.llm.push(slow("bye", 200));
+    let response = t
+        .http
+        .post(format!("{}/v1/ask", t.base))
+        .header("origin", ORIGIN)
+        .bearer_auth(&token)
+        .json(&json!({"message": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    drop(response);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    t.settle().await;
+    assert_eq!(
+        t.app.counters.open_streams("s|acme"),
+        0,
+        "every slot of the site is free again"
+    );
+    t.llm.push(Script::Stream(vec![
+        Piece::Text("broken".into()),
+        Piece::Cut,
+    ]));
+    assert_eq!(
+        t.question(&token, None, "again").await.event("done")["status"],
+        "failed"
+    );
+    t.settle().await;
+    assert_eq!(t.question(&token, None, "and again").await.status, 200);
+}
+
+#[tokio::test]
+async fn an_answer_to_a_card_takes_a_stream_slot_too() {
+    let t = TestApp::with(|c| c.sites[0].limits.concurrent_streams_per_visitor = 1).await;
+    let token = t.visitor().await;
+    t.llm.push(Script::tool_calls(&[(
+        "cancel_order",
+        json!({"order_id": 42}),
+    )]));
+    let r = t.question(&token, None, "Cancel 42").await;
+    t.llm.push(slow("slow", 400));
+    let (_, answer) = tokio::join!(t.question(&token, None, "meanwhile"), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        t.answer(&token, &r.conversation(), r.event("confirm"), "confirm")
+            .await
+    });
+    assert_eq!((answer.status, answer.code()), (429, "too_many_streams"));
+    assert!(t.hook.calls().is_empty());
+}

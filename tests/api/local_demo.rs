@@ -1,0 +1,173 @@
+//! The embedded model's download (against a local Hub stand-in) and `deskbell
+//! demo` running on the embedded model.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use deskbell::llm::LocalProvider;
+
+use crate::local::test_model;
+
+/// A Hugging Face Hub stand-in that serves one file at one commit, as the Hub's
+/// `resolve` endpoint does (HEAD with ETag and X-Repo-Commit, then GET), counting
+/// the downloads.
+async fn fake_hub(bytes: Vec<u8>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use axum::http::{HeaderMap, Method};
+    let gets = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = gets.clone();
+    let bytes = bytes::Bytes::from(bytes);
+    let app = axum::Router::new().route(
+        "/acme/tiny-GGUF/resolve/{revision}/{file}",
+        axum::routing::any(move |method: Method| {
+            let (bytes, counted) = (bytes.clone(), counted.clone());
+            async move {
+                let mut headers = HeaderMap::new();
+                headers.insert("etag", "\"b179c9523d0e\"".parse().unwrap());
+                headers.insert("x-repo-commit", HUB_COMMIT.parse().unwrap());
+                headers.insert("content-length", bytes.len().into());
+                if method == Method::GET {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    (headers, bytes)
+                } else {
+                    (headers, bytes::Bytes::new())
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (base, gets)
+}
+
+const HUB_COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+#[tokio::test]
+async fn a_pinned_model_is_downloaded_once_and_its_checksum_checked() {
+    use deskbell::llm::local::fetch::{ModelSource, fetch};
+    let (endpoint, gets) = fake_hub(std::fs::read(test_model()).unwrap()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let source = ModelSource {
+        owner: "acme".into(),
+        name: "tiny-GGUF".into(),
+        file: "SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+        revision: HUB_COMMIT.into(),
+        sha256: Some("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53".into()),
+    };
+    let path = fetch(&source, cache.path(), Some(&endpoint)).await.unwrap();
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        std::fs::metadata(test_model()).unwrap().len()
+    );
+    let again = fetch(&source, cache.path(), Some(&endpoint)).await.unwrap();
+    assert_eq!(again, path);
+    assert_eq!(
+        gets.load(Ordering::SeqCst),
+        1,
+        "the second start used the cache"
+    );
+    // The file it fetched is a model the provider loads.
+    LocalProvider::start(path, None, 1).unwrap();
+
+    let wrong = ModelSource {
+        sha256: Some("00".repeat(32)),
+        ..source
+    };
+    let error = fetch(&wrong, cache.path(), Some(&endpoint))
+        .await
+        .unwrap_err();
+    assert!(format!("{error:#}").contains("not the pinned"), "{error:#}");
+}
+
+/// `deskbell demo` in a fresh folder with the given environment; returns the
+/// child (killed on drop), its base URL and its standard output so far.
+struct Demo {
+    child: std::process::Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn demo(env: &[(&str, &str)]) -> (Demo, String) {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut command = crate::support::deskbell_command();
+    command
+        .arg("demo")
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("DESKBELL_BIND", format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let printed = tokio::task::spawn_blocking(move || {
+        let mut printed = String::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            printed.push_str(&line);
+            printed.push('\n');
+            if line.starts_with("Deskbell demo: open") {
+                break;
+            }
+        }
+        printed
+    });
+    let printed = tokio::time::timeout(Duration::from_secs(60), printed)
+        .await
+        .expect("the demo did not start")
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    (
+        Demo {
+            child,
+            base,
+            _dir: dir,
+        },
+        printed,
+    )
+}
+
+async fn demo_ask(demo: &Demo, message: &str) -> crate::support::Reply {
+    crate::support::ask_as_new_visitor(&demo.base, &demo.base, message).await
+}
+
+#[tokio::test]
+async fn the_demo_answers_with_the_local_model_named_in_the_environment() {
+    let model = test_model().display().to_string();
+    let (demo, printed) = demo(&[("DESKBELL_LOCAL_MODEL", &model)]).await;
+    assert!(printed.contains("embedded model"), "{printed}");
+    let reply = demo_ask(&demo, "What is the capital of France?").await;
+    assert_eq!(reply.status, 200, "{:?}", reply.json);
+    assert!(!reply.text().is_empty(), "{:?}", reply.names());
+    assert_eq!(reply.event("done")["status"], "answered");
+}
+
+#[tokio::test]
+async fn the_demo_still_starts_when_the_default_model_cannot_be_fetched() {
+    // A hub that refuses every connection stands for a machine without a network.
+    let (demo, printed) = demo(&[("HF_ENDPOINT", "http://127.0.0.1:9")]).await;
+    assert!(
+        printed.contains("could not be fetched") && printed.contains("DESKBELL_LOCAL_MODEL"),
+        "{printed}"
+    );
+    let page = reqwest::get(format!("{}/", demo.base)).await.unwrap();
+    assert_eq!(page.status(), 200);
+    let reply = demo_ask(&demo, "hello").await;
+    assert_eq!((reply.status, reply.code()), (503, "provider_unavailable"));
+}

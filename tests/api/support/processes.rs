@@ -1,0 +1,64 @@
+//! Helpers for tests that reach past the in-process app: the `deskbell` binary as
+//! a child process, configuration files, and fresh PostgreSQL databases.
+
+use super::reply::{Reply, read};
+use serde_json::Value;
+
+/// Against a server outside the test (a child process): a new visitor of the
+/// `acme` site asks `message` from `origin`.
+pub async fn ask_as_new_visitor(base: &str, origin: &str, message: &str) -> Reply {
+    let http = reqwest::Client::new();
+    let visitor: Value = http
+        .post(format!("{base}/v1/visitors"))
+        .header("origin", origin)
+        .json(&serde_json::json!({"site": "acme"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ask = http
+        .post(format!("{base}/v1/ask"))
+        .header("origin", origin)
+        .bearer_auth(visitor["token"].as_str().unwrap())
+        .json(&serde_json::json!({"message": message}))
+        .send()
+        .await
+        .unwrap();
+    read(ask).await
+}
+
+/// The `deskbell` binary with a clean environment (only `PATH`).
+pub fn deskbell_command() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_deskbell"));
+    c.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    c
+}
+
+/// A configuration file in a fresh temporary folder (kept alive by the first value).
+pub fn config_file(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+/// A fresh, empty database on the PostgreSQL server named by
+/// `DESKBELL_TEST_POSTGRES` (default: the local server, trust auth).
+pub async fn fresh_postgres_database() -> String {
+    let server = std::env::var("DESKBELL_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+    sqlx::any::install_default_drivers();
+    let admin = sqlx::AnyPool::connect(&format!("{server}/postgres"))
+        .await
+        .expect("PostgreSQL must be running for these tests");
+    let name = format!("deskbell_test_{}", uuid::Uuid::now_v7().simple());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    format!("{server}/{name}")
+}
