@@ -5,7 +5,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::error::StoreResult;
-use super::{Store, optional_state, state};
+use super::{Store, optional_state, sql, state};
 use crate::clock::Millis;
 use crate::ids::new_id;
 use crate::states::{AuditEvent, Policy, Reason};
@@ -83,15 +83,13 @@ impl Store {
     pub async fn audit_rows(&self, site: Option<&str>) -> StoreResult<Vec<AuditRow>> {
         let rows = match site {
             Some(site) => {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "{SELECT} WHERE site = $1 ORDER BY at, id"
-                )))
-                .bind(site)
-                .fetch_all(self.pool())
-                .await?
+                sqlx::query(sql(format!("{SELECT} WHERE site = $1 ORDER BY at, id")))
+                    .bind(site)
+                    .fetch_all(self.pool())
+                    .await?
             }
             None => {
-                sqlx::query(sqlx::AssertSqlSafe(format!("{SELECT} ORDER BY at, id")))
+                sqlx::query(sql(format!("{SELECT} ORDER BY at, id")))
                     .fetch_all(self.pool())
                     .await?
             }
@@ -101,12 +99,10 @@ impl Store {
 
     /// The audit rows of one call, oldest first.
     pub async fn audit_for_call(&self, call: &str) -> StoreResult<Vec<AuditRow>> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT} WHERE call = $1 ORDER BY at, id"
-        )))
-        .bind(call)
-        .fetch_all(self.pool())
-        .await?;
+        let rows = sqlx::query(sql(format!("{SELECT} WHERE call = $1 ORDER BY at, id")))
+            .bind(call)
+            .fetch_all(self.pool())
+            .await?;
         Ok(rows.iter().map(audit_row).collect::<Result<_, _>>()?)
     }
 }

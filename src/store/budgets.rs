@@ -42,7 +42,7 @@ impl Store {
 /// Reserves a turn's share if any of the budget is left after the other turns'
 /// reservations, so the budget is overshot by one turn's cap at the most.
 pub(super) async fn reserve_in(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    tx: &mut super::Tx<'_>,
     share: &BudgetShare,
 ) -> Result<Reservation, sqlx::Error> {
     sqlx::query("INSERT INTO budgets (site, day, spent, reserved) VALUES ($1, $2, 0, 0) ON CONFLICT DO NOTHING")
