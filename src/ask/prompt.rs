@@ -4,6 +4,7 @@
 use crate::config::SiteConfig;
 use crate::knowledge::Passage;
 use crate::llm::ChatMessage;
+use crate::states::Role;
 use crate::store::Store;
 
 /// How many earlier messages of the conversation the model sees.
@@ -71,11 +72,11 @@ pub async fn history(store: &Store, conversation: &str) -> anyhow::Result<Vec<Ch
     Ok(rows
         .iter()
         .filter(|m| !m.text.is_empty())
-        .map(|m| match m.role.as_str() {
-            "visitor" => ChatMessage::User {
+        .map(|m| match m.role {
+            Role::Visitor => ChatMessage::User {
                 content: m.text.clone(),
             },
-            _ => ChatMessage::Assistant {
+            Role::Assistant => ChatMessage::Assistant {
                 content: m.text.clone(),
                 tool_calls: Vec::new(),
             },

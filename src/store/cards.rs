@@ -88,11 +88,10 @@ impl Store {
                 .await?;
             let expired = match row {
                 Some(row) => {
-                    let status: String = row.try_get("status")?;
+                    let status = super::state(&row, "status", CallStatus::parse)?;
                     let expires_at: Option<Millis> = row.try_get("expires_at")?;
-                    status == CallStatus::Expired.as_str()
-                        || (status == CallStatus::Pending.as_str()
-                            && expires_at.is_none_or(|at| at <= now))
+                    status == CallStatus::Expired
+                        || (status == CallStatus::Pending && expires_at.is_none_or(|at| at <= now))
                 }
                 None => false,
             };
