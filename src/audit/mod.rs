@@ -59,11 +59,35 @@ pub async fn export(
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<usize> {
-    let rows = store.audit_rows(site).await?;
     if format == Format::Csv {
         writeln!(out, "{CSV_HEADER}")?;
     }
-    for row in &rows {
+    // A page at a time, after the last row written: memory stays that of one page
+    // however large the table grows.
+    let mut after = None;
+    let mut written = 0;
+    loop {
+        let page = store.audit_page(site, after.take(), EXPORT_PAGE).await?;
+        let Some((last_id, last)) = page.last() else {
+            break;
+        };
+        after = Some((last.at, last_id.clone()));
+        for (_, row) in &page {
+            write_row(row, format, out)?;
+        }
+        written += page.len();
+        if (page.len() as i64) < EXPORT_PAGE {
+            break;
+        }
+    }
+    Ok(written)
+}
+
+/// Rows read from the database at once while exporting.
+const EXPORT_PAGE: i64 = 1000;
+
+fn write_row(row: &AuditRow, format: Format, out: &mut impl Write) -> anyhow::Result<()> {
+    {
         let r = ExportRow::from(row);
         match format {
             Format::Jsonl => writeln!(out, "{}", serde_json::to_string(&r)?)?,
@@ -87,13 +111,14 @@ pub async fn export(
             }
         }
     }
-    Ok(rows.len())
+    Ok(())
 }
 
 /// RFC 4180 quoting: fields with commas, quotes or line breaks are quoted, and a
-/// leading `=`, `+`, `-` or `@` is prefixed with `'` so spreadsheets do not run it.
+/// leading `=`, `+`, `-`, `@`, tab or carriage return is prefixed with `'` so
+/// spreadsheets do not run it as a formula.
 fn csv_field(field: &str) -> String {
-    let field = if field.starts_with(['=', '+', '-', '@']) {
+    let field = if field.starts_with(['=', '+', '-', '@', '\t', '\r']) {
         format!("'{field}")
     } else {
         field.to_string()

@@ -10,7 +10,7 @@ pub mod rate;
 pub mod streams;
 
 pub use admission::{Admission, admit_turn};
-pub use peer::Peer;
+pub use peer::{Peer, client_ip};
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -18,6 +18,7 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, header};
 
 use crate::app::{App, Site};
+use crate::clock::Millis;
 use crate::error::ApiError;
 use crate::secret::verify_hmac_sha256;
 use crate::visitor::token::{self, Claims};
@@ -54,25 +55,33 @@ pub fn admit(app: &App, headers: &HeaderMap, peer: Peer) -> Result<Caller, ApiEr
     let now = app.clock.now_ms();
     let ip = peer::client_ip(peer, headers, &app.trusted_proxies);
     let site_id = &site.config.id;
+    // The client address first: a request it refuses creates no visitor bucket,
+    // so minting tokens cannot grow the per-visitor map.
+    take_per_ip(app, &site, ip, now)?;
     app.counters
         .take(
             &format!("v|{site_id}|{}", claims.visitor),
             limits.requests_per_minute,
             now,
         )
-        .and_then(|()| {
-            app.counters.take(
-                &format!("ip|{site_id}|{ip}"),
-                limits.requests_per_minute_per_ip,
-                now,
-            )
-        })
         .map_err(|wait| refused(ApiError::RateLimited(wait)))?;
     Ok(Caller {
         site,
         visitor: claims.visitor,
         user_id: claims.user_id,
     })
+}
+
+/// One request from `ip` against its site's per-address limit (SPEC §4, §5): for
+/// asks and history, and for minting visitor tokens.
+pub fn take_per_ip(app: &App, site: &Site, ip: IpAddr, now: Millis) -> Result<(), ApiError> {
+    app.counters
+        .take(
+            &format!("ip|{}|{ip}", site.config.id),
+            site.config.limits.requests_per_minute_per_ip,
+            now,
+        )
+        .map_err(|wait| refused(ApiError::RateLimited(wait)))
 }
 
 /// The `Origin` must be listed for the site, exactly (scheme, host and port).

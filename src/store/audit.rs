@@ -79,6 +79,32 @@ impl Store {
         Ok(())
     }
 
+    /// Up to `limit` audit rows after `after` (a row's time and id), oldest first,
+    /// optionally of one site, with the id of each: an export walks the table a
+    /// page at a time, so its memory does not grow with the table.
+    pub async fn audit_page(
+        &self,
+        site: Option<&str>,
+        after: Option<(Millis, String)>,
+        limit: i64,
+    ) -> StoreResult<Vec<(String, AuditRow)>> {
+        let (at, id) = after.unwrap_or((Millis::MIN, String::new()));
+        let rows = sqlx::query(
+            "SELECT id, at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms \
+             FROM audit WHERE ($1 = '' OR site = $1) AND (at > $2 OR (at = $2 AND id > $3)) ORDER BY at, id LIMIT $4",
+        )
+        .bind(site.unwrap_or(""))
+        .bind(at)
+        .bind(id)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, audit_row(r)?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+
     /// Every audit row, oldest first, optionally of one site.
     pub async fn audit_rows(&self, site: Option<&str>) -> StoreResult<Vec<AuditRow>> {
         let rows = match site {

@@ -34,6 +34,11 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!(
     ),
     (3, "budgets", "common/0003_budgets.sql"),
     (4, "leases", "common/0004_leases.sql"),
+    (
+        5,
+        "audit refuses truncate",
+        "postgres/0005_audit_no_truncate.sql"
+    ),
 );
 
 #[derive(Debug)]

@@ -18,12 +18,17 @@ pub fn router() -> Router<App> {
 
 async fn create(
     State(app): State<App>,
+    peer: guard::Peer,
     headers: HeaderMap,
     JsonBody(body): JsonBody<VisitorRequest>,
 ) -> Result<Json<VisitorResponse>, ApiError> {
     let site = app.site(&body.site).ok_or(ApiError::SiteNotFound)?.clone();
     guard::check_origin(&site, &headers)?;
     let now = app.clock.now_ms();
+    // Each new visitor is an insert and a fresh per-visitor bucket: minting is
+    // limited per client address like asking, so it is no way around either.
+    let ip = guard::client_ip(peer, &headers, &app.trusted_proxies);
+    guard::take_per_ip(&app, &site, ip, now)?;
     let (visitor, user_id) = match (body.user_id, body.user_hash) {
         (None, None) => (app.store.create_visitor(&site.config.id, now).await?, None),
         (Some(user_id), Some(hash)) => {

@@ -67,21 +67,22 @@ async fn an_answer_to_a_card_counts_against_the_rate_limit() {
 
 #[tokio::test]
 async fn the_per_ip_limit_holds_across_visitors_and_ignores_untrusted_forwarding() {
-    let t = TestApp::with(|c| c.sites[0].limits.requests_per_minute_per_ip = 2).await;
-    for i in 0..2 {
-        let token = t.visitor().await;
+    // Minting a visitor counts against the address too (SPEC §4): three mints and
+    // two asks spend a limit of five.
+    let t = TestApp::with(|c| c.sites[0].limits.requests_per_minute_per_ip = 5).await;
+    let tokens = [t.visitor().await, t.visitor().await, t.visitor().await];
+    for (i, token) in tokens[..2].iter().enumerate() {
         assert_eq!(
-            t.question(&token, None, &format!("hi {i}")).await.status,
+            t.question(token, None, &format!("hi {i}")).await.status,
             200
         );
     }
-    let token = t.visitor().await;
     let spoofed = t
         .http
         .post(format!("{}/v1/ask", t.base))
         .header("origin", ORIGIN)
         .header("x-forwarded-for", "198.51.100.7")
-        .bearer_auth(&token)
+        .bearer_auth(&tokens[2])
         .json(&json!({"message": "hi"}))
         .send()
         .await
@@ -104,7 +105,20 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_the_client() {
         .iter()
         .enumerate()
     {
-        let token = t.visitor().await;
+        // Each visitor is minted from an address of its own behind the proxy.
+        let minted: serde_json::Value = t
+            .http
+            .post(format!("{}/v1/visitors", t.base))
+            .header("origin", ORIGIN)
+            .header("x-forwarded-for", format!("203.0.113.{}", client.0))
+            .json(&json!({"site": "acme"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let token = minted["token"].as_str().unwrap().to_string();
         let r = t
             .http
             .post(format!("{}/v1/ask", t.base))

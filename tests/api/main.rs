@@ -5,6 +5,7 @@ mod audit;
 mod cli;
 mod confirm;
 mod crash;
+mod doors;
 mod edges;
 mod expiry;
 mod guards;

@@ -335,6 +335,10 @@ impl TestApp {
         assert!(update.is_err(), "an audit row was updated");
         let delete = sqlx::query("DELETE FROM audit").execute(&pool).await;
         assert!(delete.is_err(), "an audit row was deleted");
+        if self.database_url.starts_with("postgres") {
+            let truncate = sqlx::query("TRUNCATE audit").execute(&pool).await;
+            assert!(truncate.is_err(), "the audit table was truncated");
+        }
     }
 }
 

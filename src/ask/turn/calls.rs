@@ -15,6 +15,10 @@ use crate::store::{AuditRow, CallRow, CallStatus};
 use crate::tools::Tool;
 use crate::tools::arguments::Arguments;
 
+/// At most this many tool calls of one model response are considered; the rest
+/// are refused (audited `too_many_calls`) and the model is told.
+pub const MAX_CALLS_PER_RESPONSE: usize = 8;
+
 /// How one call of the response is to be handled.
 enum Plan {
     Refuse { reason: Reason, tell: String },
@@ -33,8 +37,20 @@ impl Turn {
         calls: Vec<ToolCall>,
     ) -> anyhow::Result<bool> {
         let mut card: Option<(ToolCall, Arc<Tool>, Arguments)> = None;
-        for call in calls {
-            let result = match self.plan(&call, card.is_some()) {
+        for (n, call) in calls.into_iter().enumerate() {
+            // A prompt-injected model could fan out any number of calls: only the
+            // first few of a response are considered (SPEC §6.3).
+            let plan = match n < MAX_CALLS_PER_RESPONSE {
+                true => self.plan(&call, card.is_some()),
+                false => Plan::Refuse {
+                    reason: Reason::TooManyCalls,
+                    tell: format!(
+                        "Not run: at most {MAX_CALLS_PER_RESPONSE} tool calls are considered per response. \
+                         Call fewer tools at once."
+                    ),
+                },
+            };
+            let result = match plan {
                 Plan::Refuse { reason, tell } => {
                     self.record_refusal(&call, bubble, reason).await?;
                     tell
