@@ -192,7 +192,11 @@ async fn ingest(path: PathBuf, only: Option<String>) -> anyhow::Result<ExitCode>
             site.id, r.added, r.updated, r.unchanged, r.removed, r.chunks
         );
         for s in &r.skipped {
-            println!("  skipped {}: {}", s.path, s.reason);
+            println!(
+                "  skipped {}: {}",
+                crate::secret::loggable_url(&s.path),
+                s.reason
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -103,3 +103,23 @@ pub fn random_hex_secret() -> std::io::Result<String> {
     getrandom::fill(&mut bytes).map_err(std::io::Error::other)?;
     Ok(hex::encode(bytes))
 }
+/// A URL as it may appear in logs and reports: without credentials, query string
+/// or fragment, where operators put API keys (`?key=…`) and passwords. Anything
+/// that is not a URL is returned as it is (a file path, say).
+pub fn loggable_url(text: &str) -> String {
+    let Ok(mut url) = reqwest::Url::parse(text) else {
+        return text.to_string();
+    };
+    if !matches!(url.scheme(), "http" | "https") {
+        return text.to_string();
+    }
+    let hidden = url.query().is_some() || url.fragment().is_some();
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.set_query(None);
+    url.set_fragment(None);
+    match hidden {
+        true => format!("{url}?…"),
+        false => url.to_string(),
+    }
+}

@@ -84,6 +84,11 @@ pub fn log_report(site: &str, r: &Report) {
         "knowledge indexed"
     );
     for s in &r.skipped {
-        tracing::warn!(site, path = %s.path, reason = %s.reason, "knowledge source skipped");
+        tracing::warn!(
+            site,
+            path = %crate::secret::loggable_url(&s.path),
+            reason = %s.reason,
+            "knowledge source skipped"
+        );
     }
 }

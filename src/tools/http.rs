@@ -71,7 +71,12 @@ impl Executor {
                 duration_ms,
             },
             Ok(Err(e)) => {
-                tracing::warn!(tool = %tool.name, error = %e, "tool endpoint unreachable");
+                tracing::warn!(
+                    tool = %tool.name,
+                    url = %crate::secret::loggable_url(&tool.url),
+                    error = %e.without_url(),
+                    "tool endpoint unreachable"
+                );
                 Outcome {
                     succeeded: false,
                     http_status: None,

@@ -217,3 +217,86 @@ fn secrets_never_appear_in_the_logs() {
         assert!(!logs.contains(secret), "{secret} leaked into the logs");
     }
 }
+
+/// Operators put keys in URLs (`?key=…`) and credentials in them (`user:pass@`):
+/// neither reaches the logs when a tool endpoint or a knowledge page fails.
+#[test]
+fn urls_with_credentials_or_query_strings_never_appear_in_the_logs() {
+    use std::io::Read;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let llm = runtime
+        .block_on(deskbell::testkit::FakeLlm::start())
+        .unwrap();
+    llm.push(deskbell::testkit::Reply::tool_calls(&[(
+        "t",
+        serde_json::json!({}),
+    )]));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = tempfile::tempdir().unwrap();
+    let (_dir, path) = config_file(
+        "s.toml",
+        &format!(
+            "[server]\nbind = \"127.0.0.1:{port}\"\ndata_dir = \"{}\"\n[llm]\nbase_url = \"{}\"\nmax_retries = 0\n\
+             [[site]]\nid = \"acme\"\norigins = [\"https://acme.example\"]\n\
+             knowledge = [\"http://someone:url-password@127.0.0.1:9/page?token=url-secret-two\"]\n\
+             [[site.tool]]\nname = \"t\"\nlabel = \"T\"\npolicy = \"auto\"\n\
+             url = \"http://127.0.0.1:9/t?key=url-secret-one\"\n",
+            data.path().display(),
+            llm.base_url
+        ),
+    );
+    let mut child = deskbell()
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env(
+            "BETTER_AUTH_SECRET",
+            "master-secret-0123456789-0123456789-abc",
+        )
+        .env("DESKBELL_LOG", "debug")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    runtime.block_on(async {
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        for _ in 0..400 {
+            if http.get(format!("{base}/healthz")).send().await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        let reply =
+            crate::support::ask_as_new_visitor(&base, "https://acme.example", "hello").await;
+        assert_eq!(reply.status, 200, "{:?}", reply.json);
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut logs = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    assert!(
+        logs.contains("tool endpoint unreachable") && logs.contains("knowledge source skipped"),
+        "both failures were logged: {logs}"
+    );
+    for secret in ["url-secret-one", "url-secret-two", "url-password"] {
+        assert!(!logs.contains(secret), "{secret} leaked into the logs");
+    }
+}
