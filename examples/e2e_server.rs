@@ -46,6 +46,7 @@ model = "fake"
 id = "acme"
 name = "Acme"
 origins = ["{page}"]
+identity_secret_env = "E2E_IDENTITY_SECRET"
 
 [[site.tool]]
 name = "lookup_order"
@@ -66,10 +67,13 @@ input_schema = {{ type = "object", required = ["order_id"], properties = {{ orde
         lookup = hook.url("/lookup"),
         cancel = hook.url("/cancel"),
     );
-    let env = Env::from_process().with(
-        "BETTER_AUTH_SECRET",
-        "e2e-secret-0123456789abcdef0123456789",
-    );
+    let env = Env::from_process()
+        .with(
+            "BETTER_AUTH_SECRET",
+            "e2e-secret-0123456789abcdef0123456789",
+        )
+        // The tests sign identity tokens with this, as an operator's backend would.
+        .with("E2E_IDENTITY_SECRET", "e2e-identity-secret");
     let config = Config::from_toml(&config, "e2e.toml", &env)?;
     let app = deskbell::app::build(config, Default::default()).await?;
     let router = deskbell::routes::router(app.clone());

@@ -14,6 +14,8 @@ pub struct VisitorRequest {
     pub site: String,
     pub user_id: Option<String>,
     pub user_hash: Option<String>,
+    /// An HS256 JWT from the operator's backend: `sub` = user id, `exp` ≤ 24 h ahead.
+    pub identity_token: Option<String>,
 }
 
 #[derive(Debug, Serialize)]

@@ -185,6 +185,9 @@ pub struct SiteConfig {
     #[serde(default)]
     pub knowledge: Vec<KnowledgeSource>,
     pub identity_secret_env: Option<String>,
+    /// Which verified-identity forms the site accepts (SPEC §4).
+    #[serde(default)]
+    pub identity: IdentityForms,
     #[serde(default)]
     pub require_verified_identity: bool,
     #[serde(default)]
@@ -193,6 +196,16 @@ pub struct SiteConfig {
     pub tools: Vec<ToolConfig>,
     #[serde(skip)]
     pub identity_secret: Option<Secret>,
+}
+
+/// `any`: a `user_hash` or an identity token; `jwt`: identity tokens only (a leaked
+/// `user_hash` never expires, a token does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdentityForms {
+    #[default]
+    Any,
+    Jwt,
 }
 
 /// A file or folder of knowledge: a path, or `{ path, base_url }` so that

@@ -136,6 +136,13 @@ fn check_site(at: &str, site: &SiteConfig, out: &mut Vec<Problem>) {
             "needs identity_secret_env to verify visitors".into(),
         );
     }
+    if site.identity == crate::config::IdentityForms::Jwt && site.identity_secret_env.is_none() {
+        add(
+            out,
+            format!("{at}.identity"),
+            "\"jwt\" needs identity_secret_env to check identity tokens".into(),
+        );
+    }
     let l = &site.limits;
     let counts = [
         ("requests_per_minute", l.requests_per_minute as u64),

@@ -170,6 +170,52 @@ pub fn verify_user_hash(site: &Site, user_id: &str, user_hash: &str) -> Result<(
     }
 }
 
+/// An identity token's claims; `exp` is required, `nbf`, `name` and `email` are not.
+#[derive(serde::Deserialize)]
+struct IdentityClaims {
+    sub: String,
+    exp: i64,
+    nbf: Option<i64>,
+}
+
+/// The longest an identity token may live: its `exp` at most this far ahead.
+const IDENTITY_TOKEN_MAX_S: i64 = 24 * 3600;
+/// Clock skew allowed between the operator's backend and this server.
+const IDENTITY_LEEWAY_S: i64 = 60;
+
+/// The user id of a valid identity token (SPEC §4): an HS256 JWT signed with the
+/// site's identity secret, with `sub`, and `exp` in the future but no more than 24 h
+/// ahead; `nbf`, if present, passed. Anything else — expired, not yet valid, badly
+/// signed, another algorithm (`none` included) — is `identity_invalid`. Times are
+/// the injected clock's.
+pub fn verify_identity_token(site: &Site, token: &str, now: Millis) -> Result<String, ApiError> {
+    use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode};
+    let secret = site
+        .config
+        .identity_secret
+        .as_ref()
+        .ok_or(ApiError::IdentityInvalid)?;
+    let mut validation = Validation::new(Algorithm::HS256);
+    validation.validate_exp = false;
+    validation.validate_nbf = false;
+    validation.required_spec_claims.clear();
+    let key = DecodingKey::from_secret(secret.expose()).map_err(|_| ApiError::IdentityInvalid)?;
+    let claims = decode::<IdentityClaims>(token.trim(), &key, &validation)
+        .map_err(|_| ApiError::IdentityInvalid)?
+        .claims;
+    let now_s = now.div_euclid(1000);
+    let live = claims.exp > now_s - IDENTITY_LEEWAY_S
+        && claims.exp <= now_s + IDENTITY_TOKEN_MAX_S + IDENTITY_LEEWAY_S
+        && claims
+            .nbf
+            .is_none_or(|nbf| nbf <= now_s + IDENTITY_LEEWAY_S);
+    let sub_ok = !claims.sub.is_empty() && claims.sub.len() <= 256;
+    match live && sub_ok {
+        true => Ok(claims.sub),
+        false => Err(ApiError::IdentityInvalid),
+    }
+}
+
 /// Whether `conversation` is one of the caller's: its site's and its visitor's. A
 /// malformed, unknown or another visitor's conversation are all "no", and every
 /// caller answers all three with the same 404, so a probe learns nothing.

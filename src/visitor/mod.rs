@@ -8,6 +8,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 
 use crate::app::App;
+use crate::config::IdentityForms;
 use crate::error::{ApiError, JsonBody};
 use crate::guard;
 use crate::wire::{VisitorRequest, VisitorResponse};
@@ -29,27 +30,37 @@ async fn create(
     // limited per client address like asking, so it is no way around either.
     let ip = guard::client_ip(peer, &headers, &app.trusted_proxies);
     guard::take_per_ip(&app, &site, ip, now)?;
-    let (visitor, user_id) = match (body.user_id, body.user_hash) {
-        (None, None) => (app.store.create_visitor(&site.config.id, now).await?, None),
-        (Some(user_id), Some(hash)) => {
+    let verified = match (body.user_id, body.user_hash, body.identity_token) {
+        (None, None, None) => None,
+        (Some(user_id), Some(hash), None) => {
             if user_id.is_empty() || user_id.len() > 256 {
                 return Err(ApiError::InvalidRequest(
                     "user_id must be 1-256 characters".into(),
                 ));
             }
+            // A site that takes identity tokens only refuses the hash, which never
+            // expires once leaked.
+            if site.config.identity == IdentityForms::Jwt {
+                return Err(ApiError::IdentityInvalid);
+            }
             guard::verify_user_hash(&site, &user_id, &hash)?;
-            (
-                app.store
-                    .visitor_for_user(&site.config.id, &user_id, now)
-                    .await?,
-                Some(user_id),
-            )
+            Some(user_id)
         }
+        (None, None, Some(token)) => Some(guard::verify_identity_token(&site, &token, now)?),
         _ => {
             return Err(ApiError::InvalidRequest(
-                "user_id and user_hash go together".into(),
+                "send user_id with user_hash, or identity_token, or neither".into(),
             ));
         }
+    };
+    let (visitor, user_id) = match verified {
+        None => (app.store.create_visitor(&site.config.id, now).await?, None),
+        Some(user_id) => (
+            app.store
+                .visitor_for_user(&site.config.id, &user_id, now)
+                .await?,
+            Some(user_id),
+        ),
     };
     let claims = token::Claims {
         site: site.config.id.clone(),

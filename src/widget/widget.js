@@ -166,7 +166,8 @@
   // ---- API -----------------------------------------------------------------------
   async function token(renew) {
     if (state.token && !renew) return state.token;
-    var body = identity ? { site: site, user_id: identity.user_id, user_hash: identity.user_hash } : { site: site };
+    var body = { site: site };
+    if (identity) for (var k in identity) body[k] = identity[k];
     var r = await fetch(base + '/v1/visitors', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     var j = await r.json();
     if (!r.ok) throw { code: j.error && j.error.code };
@@ -307,7 +308,8 @@
   window.Deskbell = Object.freeze({
     open: function () { toggle(true); },
     close: function () { toggle(false); },
-    identify: function (user) { identity = { user_id: String(user.user_id), user_hash: String(user.user_hash) }; state = {}; save(); clearLog(); if (isOpen()) restore(); },
+    // An identity token (expires) or a user id with its hash (does not).
+    identify: function (user) { identity = user.identity_token ? { identity_token: String(user.identity_token) } : { user_id: String(user.user_id), user_hash: String(user.user_hash) }; state = {}; save(); clearLog(); if (isOpen()) restore(); },
     reset: function () { identity = null; state = {}; try { localStorage.removeItem(key); } catch (e) { /* ignore */ } clearLog(); if (isOpen()) restore(); }
   });
 })();

@@ -9,6 +9,7 @@ mod doors;
 mod edges;
 mod expiry;
 mod guards;
+mod identity;
 mod knowledge;
 mod limits;
 #[cfg(feature = "local-model")]

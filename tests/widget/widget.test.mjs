@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { gzipSync } from 'node:zlib';
+import { createHmac } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
@@ -157,6 +158,28 @@ test('a card shows hidden characters visibly, as signed, and the backend gets wh
   await assistant(page).last().getByText('Done.').waitFor();
   const calls = (await toolCalls(server)).slice(before);
   assert.deepEqual(calls[0].body.arguments, { order_id: 7, reason });
+  await page.context().close();
+});
+
+/** An HS256 identity token, as the operator's backend signs one (SPEC §4). */
+function identityToken(claims) {
+  const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const head = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64(claims)}`;
+  const mac = createHmac('sha256', 'e2e-identity-secret').update(head).digest('base64url');
+  return `${head}.${mac}`;
+}
+
+test('Deskbell.identify takes an identity token and the visitor is minted with it', async () => {
+  const page = await openWidget();
+  const minted = [];
+  page.on('request', (r) => { if (r.url().endsWith('/v1/visitors')) minted.push(JSON.parse(r.postData())); });
+  const token = identityToken({ sub: 'user-42', exp: Math.floor(Date.now() / 1000) + 600 });
+  await page.evaluate((t) => window.Deskbell.identify({ identity_token: t }), token);
+  await script(server, { text: 'Hello, verified user.' });
+  await send(page, 'Who am I?');
+  await assistant(page).last().getByText('Hello, verified user.').waitFor();
+  assert.equal(minted.length, 1);
+  assert.deepEqual(minted[0], { site: 'acme', identity_token: token });
   await page.context().close();
 });
 
