@@ -86,8 +86,15 @@ pub async fn serve(
     }
     let sweeper = tokio::spawn(crate::confirm::expiry::sweep_forever(app.clone()));
     let lease = tokio::spawn(crate::ask::lease_forever(app.clone()));
-    let header_timeout = Duration::from_secs_f64(app.config.server.header_read_timeout_s);
-    crate::server::run(listener, router, header_timeout, shutdown).await?;
+    let server = &app.config.server;
+    let limits = crate::server::limits::Limits {
+        max_connections: server.max_connections.max(1),
+        max_connections_per_ip: server.max_connections_per_ip.max(1),
+        first_request: Duration::from_secs_f64(server.header_read_timeout_s),
+        idle: Duration::from_secs_f64(server.idle_timeout_s),
+    };
+    let proxies = app.trusted_proxies.clone();
+    crate::server::run(listener, router, limits, proxies, shutdown).await?;
     sweeper.abort();
     app.turns.close();
     if tokio::time::timeout(Duration::from_secs(30), app.turns.wait())

@@ -83,6 +83,12 @@ pub struct ServerConfig {
     /// that span): how soon a dead process's running calls and answers are taken
     /// over by another (SPEC §6.5, §16). An extension of §12.
     pub lease_s: f64,
+    /// Connections open at once, in all and from one client address (a trusted
+    /// proxy's are not capped per address); one more is answered 503.
+    pub max_connections: usize,
+    pub max_connections_per_ip: usize,
+    /// Seconds a connection may sit with no request in flight before it is closed.
+    pub idle_timeout_s: f64,
 }
 
 impl Default for ServerConfig {
@@ -96,6 +102,9 @@ impl Default for ServerConfig {
             sqlite_synchronous: crate::store::Durability::Full,
             stalled_reader_timeout_s: 30.0,
             lease_s: 15.0,
+            max_connections: 25_000,
+            max_connections_per_ip: 256,
+            idle_timeout_s: 60.0,
         }
     }
 }

@@ -54,6 +54,7 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
             config.server.stalled_reader_timeout_s,
         ),
         ("llm.turn_timeout_s", config.llm.turn_timeout_s),
+        ("server.idle_timeout_s", config.server.idle_timeout_s),
     ] {
         if !positive(value) {
             add(&mut out, key.into(), "must be a positive number of seconds");

@@ -4,6 +4,7 @@ mod ask;
 mod audit;
 mod cli;
 mod confirm;
+mod connections;
 mod crash;
 mod doors;
 mod edges;

@@ -1,0 +1,150 @@
+//! The accept loop. `axum::serve` offers no read timeouts, so this serves each
+//! connection with hyper directly: connections are capped in all and per client
+//! address (`limits.rs`), a connection that sends no complete request within
+//! `header_timeout` (slow-loris, HTTP/1.1 or HTTP/2) or sits idle past the idle
+//! timeout is closed, bodies must arrive within `BODY_READ_TIMEOUT` (a layer in
+//! `routes::router`), and shutdown is graceful.
+
+pub mod limits;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tower::ServiceExt;
+
+use limits::{Activity, Connections, Limits, Tracked};
+
+/// Accepts connections until `shutdown` resolves, then lets open ones finish.
+/// Connections from `trusted_proxies` are not capped per address: each carries
+/// many clients.
+pub async fn run(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    trusted_proxies: Vec<IpAddr>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.first_request);
+    // Pings find HTTP/2 peers that vanished without closing.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    let connections = Arc::new(Connections::default());
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Running out of file descriptors and the like: wait, do not spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Events are small writes that must leave at once; Nagle's algorithm would
+        // hold them back until the client's delayed acknowledgement.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot disable Nagle's algorithm");
+        }
+        let capped = Some(peer.ip()).filter(|ip| !trusted_proxies.contains(ip));
+        let place = match connections.admit(capped, &limits) {
+            Ok(place) => place,
+            Err(refusal) => {
+                tokio::spawn(refuse(stream, refusal));
+                continue;
+            }
+        };
+        let activity = Activity::new();
+        let service = {
+            let router = router.clone();
+            let activity = Arc::clone(&activity);
+            tower::service_fn(move |mut req: axum::http::Request<Incoming>| {
+                req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+                let in_flight = activity.begin();
+                let response = router.clone().oneshot(req.map(axum::body::Body::new));
+                async move {
+                    let response = response.await?;
+                    Ok::<_, std::convert::Infallible>(
+                        response.map(|body| Tracked::wrap(body, in_flight)),
+                    )
+                }
+            })
+        };
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _place = place;
+            tokio::select! {
+                result = connection => {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                }
+                () = activity.expired(limits) => {
+                    tracing::debug!("connection closed: no request in time");
+                }
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after 30 seconds were closed");
+    }
+    Ok(())
+}
+
+/// Tells a refused connection why (a 503 with the error envelope), then closes it.
+async fn refuse(mut stream: TcpStream, refusal: limits::Refusal) {
+    tracing::debug!(?refusal, "connection refused");
+    let answer = limits::refusal_response(refusal);
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&answer)).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down; finishing answers in progress");
+}

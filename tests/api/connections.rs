@@ -1,0 +1,86 @@
+//! Connection bounds (SPEC §10): caps in all and per client address with a clear
+//! refusal, and no connection held without a request — before its first one on
+//! HTTP/1.1 and HTTP/2 alike (slow-loris), or idle between requests.
+
+use std::time::Duration;
+
+use deskbell::testkit::{Piece, Reply as Script};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::TestApp;
+
+/// Reads until the server closes the connection; `None` if it stays open.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> Option<Vec<u8>> {
+    let mut seen = Vec::new();
+    let read = tokio::time::timeout(limit, stream.read_to_end(&mut seen)).await;
+    read.ok().map(|_| seen)
+}
+
+async fn connect(t: &TestApp) -> TcpStream {
+    TcpStream::connect(t.base.trim_start_matches("http://"))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_http2_connection_that_sends_no_request_is_closed() {
+    let t = TestApp::with(|c| c.server.header_read_timeout_s = 0.3).await;
+    let mut h2c = connect(&t).await;
+    // The HTTP/2 preface and an empty SETTINGS frame, then nothing.
+    h2c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    assert!(
+        closed_within(&mut h2c, Duration::from_secs(3))
+            .await
+            .is_some(),
+        "the server closed the silent HTTP/2 connection"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_but_a_long_answer_is_not() {
+    let t = TestApp::with(|c| c.server.idle_timeout_s = 0.5).await;
+    let mut idle = connect(&t).await;
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = closed_within(&mut idle, Duration::from_secs(3)).await;
+    let answer = String::from_utf8(answer.expect("closed once idle")).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // An answer that streams for longer than the idle timeout is not cut.
+    let token = t.visitor().await;
+    t.llm.push(Script::Stream(vec![
+        Piece::Text("slow ".into()),
+        Piece::Pause(Duration::from_millis(1500)),
+        Piece::Text("but whole".into()),
+    ]));
+    let r = t.question(&token, None, "take your time").await;
+    assert_eq!(r.event("done")["status"], "answered");
+    assert_eq!(r.text(), "slow but whole");
+}
+
+#[tokio::test]
+async fn connections_from_one_address_are_capped_with_a_clear_refusal() {
+    let t = TestApp::with(|c| c.server.max_connections_per_ip = 3).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(connect(&t).await);
+    }
+    let mut fourth = connect(&t).await;
+    let refusal = closed_within(&mut fourth, Duration::from_secs(3))
+        .await
+        .expect("refused and closed");
+    let refusal = String::from_utf8(refusal).unwrap();
+    assert!(refusal.starts_with("HTTP/1.1 503"), "{refusal}");
+    assert!(refusal.contains("too_many_connections"), "{refusal}");
+    assert!(
+        refusal.to_lowercase().contains("retry-after: 5"),
+        "{refusal}"
+    );
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ok = t.http.get(format!("{}/healthz", t.base)).send().await;
+    assert_eq!(ok.unwrap().status(), 200, "closing frees the places");
+}
