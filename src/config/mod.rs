@@ -219,7 +219,8 @@ pub enum IdentityForms {
 
 /// A file or folder of knowledge: a path, or `{ path, base_url }` so that
 /// `docs/returns.md` under base `https://acme.example/help` cites
-/// `https://acme.example/help/returns`.
+/// `https://acme.example/help/returns`. A web source (`path` an http(s) URL) may
+/// reach a private address (an intranet) only with `allow_private = true`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum KnowledgeSource {
@@ -227,14 +228,27 @@ pub enum KnowledgeSource {
     Folder {
         path: String,
         base_url: Option<String>,
+        #[serde(default)]
+        allow_private: bool,
     },
 }
 
 impl KnowledgeSource {
+    /// Whether a web source may be fetched from private addresses.
+    pub fn allow_private(&self) -> bool {
+        matches!(
+            self,
+            KnowledgeSource::Folder {
+                allow_private: true,
+                ..
+            }
+        )
+    }
+
     pub fn parts(&self) -> (&str, Option<&str>) {
         match self {
             KnowledgeSource::Path(p) => (p, None),
-            KnowledgeSource::Folder { path, base_url } => (path, base_url.as_deref()),
+            KnowledgeSource::Folder { path, base_url, .. } => (path, base_url.as_deref()),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 mod chunk;
 mod document;
+mod fetch_guard;
 mod html;
 mod index;
 mod source;

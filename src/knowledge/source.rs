@@ -24,7 +24,7 @@ pub async fn read_sources(sources: &[KnowledgeSource]) -> (Vec<Document>, Vec<Sk
     for source in sources {
         let (root, base_url) = source.parts();
         if super::web::is_url(root) {
-            super::web::read(root, &mut documents, &mut skipped).await;
+            super::web::read(root, source.allow_private(), &mut documents, &mut skipped).await;
             continue;
         }
         let root = PathBuf::from(root);
@@ -50,6 +50,24 @@ pub async fn read_sources(sources: &[KnowledgeSource]) -> (Vec<Document>, Vec<Sk
 }
 
 fn walk(dir: &Path, files: &mut Vec<PathBuf>, skipped: &mut Vec<Skipped>) {
+    walk_once(dir, files, skipped, &mut std::collections::HashSet::new());
+}
+
+/// Reads a folder tree once: a folder reached again through a symbolic link (a
+/// loop, or two links to one place) is reported, not read again.
+fn walk_once(
+    dir: &Path,
+    files: &mut Vec<PathBuf>,
+    skipped: &mut Vec<Skipped>,
+    seen: &mut std::collections::HashSet<PathBuf>,
+) {
+    let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    if !seen.insert(real) {
+        return skipped.push(Skipped {
+            path: dir.display().to_string(),
+            reason: "a folder already read (a symbolic link loop?)".into(),
+        });
+    }
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) => {
@@ -70,7 +88,7 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, skipped: &mut Vec<Skipped>) {
             continue;
         }
         if path.is_dir() {
-            walk(&path, files, skipped);
+            walk_once(&path, files, skipped, seen);
         } else if kind_of(&path).is_some() {
             files.push(path);
         } else {

@@ -1,6 +1,8 @@
 //! Web sources: a page by URL, or a whole site by its `sitemap.xml`. Same-host links
-//! only, `robots.txt` respected, bounded sitemap depth and page count, and a few
-//! requests at a time so the operator's own site is not hammered.
+//! only (every redirect hop checked, internal addresses refused: `fetch_guard.rs`),
+//! `robots.txt` respected, bodies capped while they stream, bounded sitemap depth
+//! and page count (nested sitemaps count as pages), and a few requests at a time
+//! so the operator's own site is not hammered.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -10,6 +12,10 @@ use reqwest::Url;
 use sha2::{Digest, Sha256};
 
 use super::document::{Document, MAX_FILE_BYTES, Skipped};
+use super::fetch_guard;
+
+/// `robots.txt` is read up to this size.
+const MAX_ROBOTS_BYTES: u64 = 512 * 1024;
 
 /// Pages fetched from one sitemap at the most.
 pub const MAX_PAGES: usize = 500;
@@ -24,17 +30,29 @@ pub fn is_url(source: &str) -> bool {
 }
 
 /// Reads one web source: a sitemap (every page it lists) or a single page.
-pub async fn read(source: &str, documents: &mut Vec<Document>, skipped: &mut Vec<Skipped>) {
+pub async fn read(
+    source: &str,
+    allow_private: bool,
+    documents: &mut Vec<Document>,
+    skipped: &mut Vec<Skipped>,
+) {
     let Ok(url) = Url::parse(source) else {
         return skipped.push(Skipped {
             path: source.into(),
             reason: "not a valid URL".into(),
         });
     };
+    if let Err(reason) = fetch_guard::check_url(&url, &url, allow_private) {
+        return skipped.push(Skipped {
+            path: source.into(),
+            reason,
+        });
+    }
     let http = match reqwest::Client::builder()
         .user_agent(USER_AGENT)
         .timeout(Duration::from_secs(15))
-        .redirect(reqwest::redirect::Policy::limited(3))
+        .redirect(fetch_guard::redirects(url.clone(), allow_private))
+        .dns_resolver(fetch_guard::resolver(allow_private))
         .build()
     {
         Ok(c) => c,
@@ -47,10 +65,14 @@ pub async fn read(source: &str, documents: &mut Vec<Document>, skipped: &mut Vec
     };
     let robots = robots(&http, &url).await;
     let pages = if url.path().ends_with(".xml") {
-        let mut pages = Vec::new();
-        let mut seen = HashSet::new();
-        sitemap(&http, url.clone(), &url, 0, &mut pages, &mut seen, skipped).await;
-        pages
+        let mut walk = Walk {
+            pages: Vec::new(),
+            seen: HashSet::new(),
+            budget: MAX_PAGES,
+            skipped,
+        };
+        sitemap(&http, url.clone(), &url, 0, &mut walk).await;
+        walk.pages
     } else {
         vec![url.clone()]
     };
@@ -89,27 +111,37 @@ async fn robots(http: &reqwest::Client, url: &Url) -> Option<texting_robots::Rob
     if !response.status().is_success() {
         return None;
     }
-    let body = response.bytes().await.ok()?;
+    let body = capped_body(response, MAX_ROBOTS_BYTES).await.ok()?;
     texting_robots::Robot::new(USER_AGENT, &body).ok()
 }
 
+/// A sitemap walk's state: the pages found, the URLs seen, the fetches left under
+/// the page cap, and what was skipped.
+struct Walk<'a> {
+    pages: Vec<Url>,
+    seen: HashSet<String>,
+    budget: usize,
+    skipped: &'a mut Vec<Skipped>,
+}
+
 /// Collects the page URLs of a sitemap, following nested sitemap indexes.
-async fn sitemap(
-    http: &reqwest::Client,
-    url: Url,
-    root: &Url,
-    depth: usize,
-    pages: &mut Vec<Url>,
-    seen: &mut HashSet<String>,
-    skipped: &mut Vec<Skipped>,
-) {
-    if !seen.insert(url.to_string()) {
+async fn sitemap(http: &reqwest::Client, url: Url, root: &Url, depth: usize, walk: &mut Walk<'_>) {
+    if !walk.seen.insert(url.to_string()) {
         return;
     }
+    // Every fetch counts against the page cap, nested sitemaps included: an index
+    // of a thousand sitemaps is no way around it.
+    if walk.budget == 0 {
+        return walk.skipped.push(Skipped {
+            path: url.to_string(),
+            reason: format!("over the limit of {MAX_PAGES} pages"),
+        });
+    }
+    walk.budget -= 1;
     let text = match get_text(http, &url).await {
         Ok(t) => t,
         Err(reason) => {
-            return skipped.push(Skipped {
+            return walk.skipped.push(Skipped {
                 path: url.to_string(),
                 reason,
             });
@@ -118,7 +150,7 @@ async fn sitemap(
     let doc = match roxmltree::Document::parse(&text) {
         Ok(d) => d,
         Err(e) => {
-            return skipped.push(Skipped {
+            return walk.skipped.push(Skipped {
                 path: url.to_string(),
                 reason: format!("not a valid sitemap: {e}"),
             });
@@ -136,20 +168,21 @@ async fn sitemap(
         };
         if nested {
             if depth + 1 > MAX_SITEMAP_DEPTH {
-                skipped.push(Skipped {
+                walk.skipped.push(Skipped {
                     path: next.to_string(),
                     reason: "sitemaps nested too deep".into(),
                 });
             } else if next.host_str() == root.host_str() {
-                Box::pin(sitemap(http, next, root, depth + 1, pages, seen, skipped)).await;
+                Box::pin(sitemap(http, next, root, depth + 1, walk)).await;
             }
-        } else if pages.len() >= MAX_PAGES {
-            skipped.push(Skipped {
+        } else if walk.budget == 0 {
+            walk.skipped.push(Skipped {
                 path: next.to_string(),
                 reason: format!("over the limit of {MAX_PAGES} pages"),
             });
-        } else if seen.insert(next.to_string()) {
-            pages.push(next);
+        } else if walk.seen.insert(next.to_string()) {
+            walk.budget -= 1;
+            walk.pages.push(next);
         }
     }
 }
@@ -169,14 +202,28 @@ async fn get_text(http: &reqwest::Client, url: &Url) -> Result<String, String> {
     {
         return Err(format!("larger than {} MiB", MAX_FILE_BYTES / 1024 / 1024));
     }
-    let bytes = response
-        .bytes()
+    let bytes = capped_body(response, MAX_FILE_BYTES).await?;
+    String::from_utf8(bytes).map_err(|_| "is not UTF-8 text".to_string())
+}
+
+/// Reads a body chunk by chunk and stops past `limit`, whatever its
+/// `Content-Length` said (or did not say).
+async fn capped_body(mut response: reqwest::Response, limit: u64) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
         .await
-        .map_err(|e| format!("cannot be read: {}", e.without_url()))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!("larger than {} MiB", MAX_FILE_BYTES / 1024 / 1024));
+        .map_err(|e| format!("cannot be read: {}", e.without_url()))?
+    {
+        if bytes.len() as u64 + chunk.len() as u64 > limit {
+            return Err(format!(
+                "larger than {} KiB (read as it streamed)",
+                limit / 1024
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
     }
-    String::from_utf8(bytes.to_vec()).map_err(|_| "is not UTF-8 text".to_string())
+    Ok(bytes)
 }
 
 async fn fetch_page(http: &reqwest::Client, url: Url) -> Result<Document, Skipped> {

@@ -36,6 +36,7 @@ async fn app_with_docs() -> (TestApp, tempfile::TempDir) {
     let t = TestApp::with(|c| {
         c.server.data_dir = data.clone();
         c.sites[0].knowledge = vec![KnowledgeSource::Folder {
+            allow_private: false,
             path: docs.display().to_string(),
             base_url: Some("https://acme.example/help".into()),
         }];
@@ -330,7 +331,7 @@ async fn a_site_is_read_through_its_sitemap_politely() {
     let base = deskbell::testkit::serve_on_loopback(site).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = deskbell::config::Config::from_toml(
-        &format!("[server]\ndata_dir = \"{}\"\n[[site]]\nid = \"web\"\nknowledge = [\"{base}/sitemap.xml\"]\n", dir.path().display()),
+        &format!("[server]\ndata_dir = \"{}\"\n[[site]]\nid = \"web\"\nknowledge = [{{ path = \"{base}/sitemap.xml\", allow_private = true }}]\n", dir.path().display()),
         "web.toml",
         &deskbell::config::Env::empty(),
     )

@@ -26,3 +26,4 @@ mod support;
 mod tool_calls;
 mod turn_limits;
 mod visitors;
+mod web_sources;

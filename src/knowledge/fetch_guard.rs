@@ -1,0 +1,148 @@
+//! What the knowledge fetcher may reach. Web sources are configured by operators,
+//! but their text is quoted to visitors and a redirect or a DNS answer can point
+//! anywhere, so every hop is checked: the same host as configured, and never a
+//! loopback, private, link-local, unspecified or cloud-metadata address — unless
+//! the operator opts in with `allow_private = true` on that source (an intranet).
+//! Metadata addresses are refused even then.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+use reqwest::Url;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+/// Whether a fetch may go to `ip`.
+pub fn allowed(ip: IpAddr, allow_private: bool) -> bool {
+    if metadata(ip) {
+        return false;
+    }
+    allow_private || public(ip)
+}
+
+fn metadata(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            v4 == Ipv4Addr::new(169, 254, 169, 254) || v4 == Ipv4Addr::new(100, 100, 100, 200)
+        }
+        IpAddr::V6(v6) => v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254),
+    }
+}
+
+fn public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_documentation()
+                || v4.octets()[0] == 0
+                // 100.64.0.0/10, carrier-grade NAT: inside some provider's network.
+                || (v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64))
+        }
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => public(IpAddr::V4(v4)),
+            None => {
+                let first = v6.segments()[0];
+                !(v6.is_loopback()
+                    || v6.is_unspecified()
+                    // fc00::/7 unique local, fe80::/10 link-local.
+                    || (first & 0xfe00) == 0xfc00
+                    || (first & 0xffc0) == 0xfe80)
+            }
+        },
+    }
+}
+
+/// Checks a URL before it is fetched (and each redirect's target): same host as
+/// the source's, and, when the host is an address, an allowed one. Names are
+/// checked when they are resolved (`GuardedResolver`).
+pub fn check_url(url: &Url, root: &Url, allow_private: bool) -> Result<(), String> {
+    if url.host_str() != root.host_str() {
+        return Err("on another host".into());
+    }
+    let literal = match url.host() {
+        Some(url::Host::Ipv4(v4)) => Some(IpAddr::V4(v4)),
+        Some(url::Host::Ipv6(v6)) => Some(IpAddr::V6(v6)),
+        _ => None,
+    };
+    match literal {
+        Some(ip) if !allowed(ip, allow_private) => {
+            Err("a private or internal address (set allow_private = true on the source for an intranet)".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Resolves names as the system does, then drops the addresses a fetch may not
+/// reach; a name left with none fails the fetch.
+pub struct GuardedResolver {
+    pub allow_private: bool,
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let allow_private = self.allow_private;
+        Box::pin(async move {
+            let host = format!("{}:0", name.as_str());
+            let found: Vec<SocketAddr> = tokio::net::lookup_host(host).await?.collect();
+            let usable: Vec<SocketAddr> = found
+                .into_iter()
+                .filter(|a| allowed(a.ip(), allow_private))
+                .collect();
+            if usable.is_empty() {
+                return Err("the name resolves only to private or internal addresses".into());
+            }
+            Ok(Box::new(usable.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// A redirect policy that applies `check_url` to every hop, three hops at most.
+pub fn redirects(root: Url, allow_private: bool) -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() >= 3 {
+            return attempt.error("too many redirects");
+        }
+        match check_url(attempt.url(), &root, allow_private) {
+            Ok(()) => attempt.follow(),
+            Err(why) => attempt.error(format!("redirected to a URL that is {why}")),
+        }
+    })
+}
+
+pub fn resolver(allow_private: bool) -> Arc<GuardedResolver> {
+    Arc::new(GuardedResolver { allow_private })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_addresses_are_refused_unless_allowed_and_metadata_always() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "192.168.0.1",
+            "172.16.5.4",
+            "169.254.1.1",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "0.0.0.0",
+            "100.64.0.1",
+            "::ffff:127.0.0.1",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert!(!allowed(ip, false), "{ip}");
+            assert!(allowed(ip, true), "{ip} with allow_private");
+        }
+        for ip in ["169.254.169.254", "fd00:ec2::254"] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert!(!allowed(ip, true), "{ip} is never fetched");
+        }
+        assert!(allowed("93.184.216.34".parse().unwrap(), false));
+    }
+}
