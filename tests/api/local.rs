@@ -324,3 +324,21 @@ async fn the_demo_flow_runs_on_the_local_model_from_question_to_confirmed_cancel
         ["requested", "confirmed", "executed"]
     );
 }
+
+/// A panic in generation fails that turn with an error, and the worker serves the
+/// next one (issue 14, item 9).
+#[tokio::test]
+async fn a_panic_in_generation_fails_the_turn_and_the_worker_serves_the_next() {
+    let (provider, _) = LocalProvider::start(test_model(), None, 1).unwrap();
+    provider.panic_on_next_turn();
+    let failed = provider.stream(request("Say hello.", 8)).await;
+    assert!(failed.is_err(), "the turn failed");
+    assert_eq!(provider.stats.panics.load(Ordering::Relaxed), 1);
+    let next = tokio::time::timeout(
+        Duration::from_secs(30),
+        collect(&provider, request("Say hello.", 8)),
+    )
+    .await
+    .expect("the worker is still there");
+    assert!(next.1.output_tokens > 0, "the next turn was answered");
+}

@@ -69,6 +69,12 @@ impl Engine {
     }
 
     /// Runs one request, sending its events; failures are sent too.
+    /// Forgets every cached prefix: after a panic mid-turn, a half-written model
+    /// copy must not be reused.
+    pub fn forget_prefixes(&mut self) {
+        self.prefixes = PrefixCache::new(4);
+    }
+
     pub fn run(&mut self, request: &ChatRequest, events: &Events) {
         match self.generate(request, events) {
             Ok(()) | Err(Halt::Abandoned) => {}

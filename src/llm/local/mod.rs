@@ -23,7 +23,7 @@ mod vocab;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 use std::time::Instant;
 
@@ -61,6 +61,10 @@ pub struct Stats {
     pub turns: AtomicU64,
     pub abandoned: AtomicU64,
     pub prefix_hits: AtomicU64,
+    /// Turns whose generation panicked (the worker survived them).
+    pub panics: AtomicU64,
+    /// Set by the crash tests only: the next turn's generation panics.
+    panic_next: AtomicBool,
 }
 
 pub struct LocalProvider {
@@ -105,7 +109,21 @@ impl LocalProvider {
                         worker_stats.abandoned.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
-                    engine.run(&job.request, &job.events);
+                    // A panic in generation (a bug, a model file candle mishandles)
+                    // fails that turn only: the worker lives on for the next one.
+                    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        if worker_stats.panic_next.swap(false, Ordering::Relaxed) {
+                            panic!("a panic injected by a test");
+                        }
+                        engine.run(&job.request, &job.events);
+                    }));
+                    if ran.is_err() {
+                        worker_stats.panics.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!("the local model's generation panicked; the turn failed and the worker goes on");
+                        engine.forget_prefixes();
+                        let failed = ProviderError::Stream("the local model failed".into());
+                        let _ = job.events.blocking_send(Err(failed));
+                    }
                     if job.events.is_closed() {
                         worker_stats.abandoned.fetch_add(1, Ordering::Relaxed);
                     }
@@ -119,6 +137,15 @@ impl LocalProvider {
             "the local model is loaded"
         );
         Ok((Self { jobs, stats }, info))
+    }
+}
+
+impl LocalProvider {
+    /// Makes the next turn's generation panic, so tests can hold that the worker
+    /// survives one. Nothing else calls it.
+    #[doc(hidden)]
+    pub fn panic_on_next_turn(&self) {
+        self.stats.panic_next.store(true, Ordering::Relaxed);
     }
 }
 
