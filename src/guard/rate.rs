@@ -46,7 +46,11 @@ impl RateLimiter {
     /// refusal, returns the seconds until a request would be allowed.
     pub fn take(&self, key: &str, per_minute: u32, now: Millis) -> Result<(), u64> {
         let interval = 60_000 / i64::from(per_minute.max(1));
-        let burst = interval * i64::from(per_minute.max(1));
+        // A burst is a minute's worth of requests. Kept as the whole minute rather
+        // than `interval × per_minute`: above 60,000 a minute the interval rounds to
+        // zero, and a zero burst would refuse two requests whose clock readings
+        // arrive a millisecond out of order.
+        let burst = 60_000;
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         shard.forget_due(now);
         let tat = shard.arrivals.get(key).copied().unwrap_or(now).max(now);
@@ -151,5 +155,15 @@ mod tests {
         }
         assert!(limiter.take("k", 1, 61_000).is_ok());
         assert!(limiter.take("k", 1, 61_001).is_err());
+    }
+
+    #[test]
+    fn a_limit_above_one_a_millisecond_never_refuses() {
+        let limiter = RateLimiter::default();
+        for i in 0..100_000 {
+            // Readings a millisecond out of order, as concurrent requests take them.
+            let now = 1_000 + i / 100 - (i % 2);
+            assert!(limiter.take("ip", 1_000_000, now).is_ok(), "{i}");
+        }
     }
 }

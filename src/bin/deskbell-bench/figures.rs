@@ -17,6 +17,9 @@ pub struct Sizes {
     pub confirm_samples: usize,
     pub open_streams: usize,
     pub guard_visitors: usize,
+    /// Distinct visitors arriving over `churn_span` for the rate-limit memory figure.
+    pub churn_visitors: usize,
+    pub churn_span: Duration,
 }
 
 impl Sizes {
@@ -29,6 +32,8 @@ impl Sizes {
                 confirm_samples: 10,
                 open_streams: 200,
                 guard_visitors: 10,
+                churn_visitors: 2_000,
+                churn_span: Duration::from_secs(5),
             }
         } else {
             Sizes {
@@ -40,6 +45,8 @@ impl Sizes {
                 // two sockets in the server (visitor and model): 9,000 is what fits.
                 open_streams: 9_000,
                 guard_visitors: 100,
+                churn_visitors: 200_000,
+                churn_span: Duration::from_secs(600),
             }
         }
     }
@@ -64,6 +71,10 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     }
     if wants("guards") {
         crate::load::guards_under_load(&sizes).await?;
+    }
+    // Ten minutes in full: only when asked for by name.
+    if wants("visitors") && (quick || only == Some("visitors")) {
+        crate::load::many_visitors(&sizes).await?;
     }
     if wants("knowledge") {
         crate::knowledge::figures(quick).await?;

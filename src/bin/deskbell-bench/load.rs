@@ -166,3 +166,78 @@ pub async fn open_streams(sizes: &Sizes) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Rate-limit memory (issue 14): distinct visitors arrive at an even rate, each
+/// minting a token and making one request (a history read, so no model turn) — a
+/// fresh per-visitor bucket each. RSS before and after, and accepted asks' time to
+/// first token alone and while the visitors arrive, in one run.
+pub async fn many_visitors(sizes: &Sizes) -> anyhow::Result<()> {
+    let (llm, hook) = fakes().await?;
+    let s = server::start(&llm, &hook).await?;
+    let client = Client::new(&s.base);
+    let alone = asks_in_parallel(&client, "bench", 20, sizes.asks_per_client)
+        .await?
+        .0;
+    let before = s.rss_mib();
+    let n = sizes.churn_visitors;
+    let every = sizes.churn_span.div_f64(n as f64);
+    let arrivals = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut running = Vec::new();
+            for _ in 0..n {
+                tick.tick().await;
+                let client = client.clone();
+                running.push(tokio::spawn(async move {
+                    let token = client.visitor("bench").await?;
+                    let missing = "c_0123456789abcdef0123456789abcdef";
+                    client
+                        .http
+                        .get(format!("{}/v1/conversations/{missing}", client.base))
+                        .header("origin", crate::server::ORIGIN)
+                        .bearer_auth(token)
+                        .send()
+                        .await?;
+                    anyhow::Ok(())
+                }));
+                if running.len() >= 512 {
+                    for r in running.drain(..) {
+                        r.await??;
+                    }
+                }
+            }
+            for r in running {
+                r.await??;
+            }
+            anyhow::Ok(())
+        })
+    };
+    let started = Instant::now();
+    let mut during = crate::stats::Samples::default();
+    while !arrivals.is_finished() {
+        during.extend(
+            asks_in_parallel(&client, "bench", 20, sizes.asks_per_client)
+                .await?
+                .0,
+        );
+    }
+    arrivals.await??;
+    let elapsed = started.elapsed();
+    let after = s.rss_mib();
+    report(
+        &format!(
+            "rate-limit memory: {n} distinct visitors over {:.0} s",
+            elapsed.as_secs_f64()
+        ),
+        &format!(
+            "RSS {before:.0} MiB before, {after:.0} MiB after; accepted asks' TTFT p99 alone {}, during {} (ratio {:.2})",
+            ms(alone.p99()),
+            ms(during.p99()),
+            during.p99().as_secs_f64() / alone.p99().as_secs_f64().max(1e-9)
+        ),
+        "bounded RSS; p99 ratio near 1",
+    );
+    Ok(())
+}
