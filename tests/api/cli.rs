@@ -147,7 +147,6 @@ fn environment_variables_override_the_file() {
 /// SPEC §3: secrets never appear in logs, even at the most verbose level.
 #[test]
 fn secrets_never_appear_in_the_logs() {
-    use std::io::Read;
     let master = "master-secret-that-must-not-leak-0123456789";
     let tool_secret = "tool-secret-that-must-not-leak";
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -165,50 +164,19 @@ fn secrets_never_appear_in_the_logs() {
             data.path().display()
         ),
     );
-    let mut child = deskbell()
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env("BETTER_AUTH_SECRET", master)
-        .env("TOOL_SECRET", tool_secret)
-        .env("OPENAI_API_KEY", "sk-key-that-must-not-leak")
-        .env("DESKBELL_LOG", "trace")
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(async {
-        let http = reqwest::Client::new();
-        let base = format!("http://127.0.0.1:{port}");
-        for _ in 0..200 {
-            if http.get(format!("{base}/healthz")).send().await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-        }
-        let reply =
-            crate::support::ask_as_new_visitor(&base, "https://acme.example", "hello").await;
-        let body = format!("{:?} {:?}", reply.events, reply.json);
-        assert!(!body.contains(master) && !body.contains("sk-key"), "{body}");
-    });
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let mut logs = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut logs)
-        .unwrap();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut logs)
-        .unwrap();
+    let env = [
+        ("BETTER_AUTH_SECRET", master),
+        ("TOOL_SECRET", tool_secret),
+        ("OPENAI_API_KEY", "sk-key-that-must-not-leak"),
+        ("DESKBELL_LOG", "trace"),
+    ];
+    let (reply, logs) = serve_ask_and_collect_logs(&runtime, &path, port, &env);
+    let body = format!("{:?} {:?}", reply.events, reply.json);
+    assert!(!body.contains(master) && !body.contains("sk-key"), "{body}");
     assert!(
         logs.contains("provider") || logs.contains("model"),
         "the test saw the logs: {logs}"
@@ -222,7 +190,6 @@ fn secrets_never_appear_in_the_logs() {
 /// neither reaches the logs when a tool endpoint or a knowledge page fails.
 #[test]
 fn urls_with_credentials_or_query_strings_never_appear_in_the_logs() {
-    use std::io::Read;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -252,19 +219,45 @@ fn urls_with_credentials_or_query_strings_never_appear_in_the_logs() {
             llm.base_url
         ),
     );
-    let mut child = deskbell()
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env(
+    let env = [
+        (
             "BETTER_AUTH_SECRET",
             "master-secret-0123456789-0123456789-abc",
-        )
-        .env("DESKBELL_LOG", "debug")
+        ),
+        ("DESKBELL_LOG", "debug"),
+    ];
+    let (reply, logs) = serve_ask_and_collect_logs(&runtime, &path, port, &env);
+    assert_eq!(reply.status, 200, "{:?}", reply.json);
+    assert!(
+        logs.contains("tool endpoint unreachable") && logs.contains("knowledge source skipped"),
+        "both failures were logged: {logs}"
+    );
+    for secret in ["url-secret-one", "url-secret-two", "url-password"] {
+        assert!(!logs.contains(secret), "{secret} leaked into the logs");
+    }
+}
+
+/// Runs `deskbell serve` with the configuration at `path` (bound to `port`) and
+/// `env`, asks one question as a new visitor of `acme`, stops the server, and
+/// returns the reply and everything the server wrote to stdout and stderr.
+fn serve_ask_and_collect_logs(
+    runtime: &tokio::runtime::Runtime,
+    path: &std::path::Path,
+    port: u16,
+    env: &[(&str, &str)],
+) -> (crate::support::Reply, String) {
+    use std::io::Read;
+    let mut command = deskbell();
+    command
+        .args(["serve", "--config"])
+        .arg(path)
         .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    runtime.block_on(async {
+        .stdout(std::process::Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().unwrap();
+    let reply = runtime.block_on(async {
         let http = reqwest::Client::new();
         let base = format!("http://127.0.0.1:{port}");
         for _ in 0..400 {
@@ -273,30 +266,20 @@ fn urls_with_credentials_or_query_strings_never_appear_in_the_logs() {
             }
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;
         }
-        let reply =
-            crate::support::ask_as_new_visitor(&base, "https://acme.example", "hello").await;
-        assert_eq!(reply.status, 200, "{:?}", reply.json);
+        crate::support::ask_as_new_visitor(&base, "https://acme.example", "hello").await
     });
     child.kill().unwrap();
     child.wait().unwrap();
     let mut logs = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut logs)
-        .unwrap();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut logs)
-        .unwrap();
-    assert!(
-        logs.contains("tool endpoint unreachable") && logs.contains("knowledge source skipped"),
-        "both failures were logged: {logs}"
-    );
-    for secret in ["url-secret-one", "url-secret-two", "url-password"] {
-        assert!(!logs.contains(secret), "{secret} leaked into the logs");
+    for stream in [
+        child.stderr.take().map(|s| Box::new(s) as Box<dyn Read>),
+        child.stdout.take().map(|s| Box::new(s) as Box<dyn Read>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let mut stream = stream;
+        stream.read_to_string(&mut logs).unwrap();
     }
+    (reply, logs)
 }
