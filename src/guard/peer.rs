@@ -25,7 +25,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Peer {
 }
 
 pub fn client_ip(peer: Peer, headers: &HeaderMap, trusted: &[IpAddr]) -> IpAddr {
-    let Some(peer) = peer.0 else {
+    let Some(peer) = peer.0.map(|p| p.to_canonical()) else {
         return super::UNKNOWN_PEER;
     };
     if !trusted.contains(&peer) {
@@ -36,7 +36,8 @@ pub fn client_ip(peer: Peer, headers: &HeaderMap, trusted: &[IpAddr]) -> IpAddr 
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|part| part.trim().parse().ok())
+        .filter_map(|part| part.trim().parse::<IpAddr>().ok())
+        .map(|ip| ip.to_canonical())
         .collect();
     chain
         .iter()
@@ -45,6 +46,19 @@ pub fn client_ip(peer: Peer, headers: &HeaderMap, trusted: &[IpAddr]) -> IpAddr 
         .or(chain.first())
         .copied()
         .unwrap_or(peer)
+}
+
+/// The address a per-client limit counts under: an IPv4 address as it is (an
+/// IPv4-mapped IPv6 address as its IPv4 one), an IPv6 address by its /64 — one host
+/// usually holds a whole /64, and would otherwise get a bucket per address.
+pub fn limit_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        v4 => v4,
+    }
 }
 
 #[cfg(test)]

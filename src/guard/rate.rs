@@ -45,19 +45,22 @@ impl RateLimiter {
     /// Takes one request for `key` at `per_minute` (burst of the same size). On
     /// refusal, returns the seconds until a request would be allowed.
     pub fn take(&self, key: &str, per_minute: u32, now: Millis) -> Result<(), u64> {
-        let interval = 60_000 / i64::from(per_minute.max(1));
+        // In microseconds, so the spacing of a large limit (say 7,000 a minute)
+        // does not round and let through more than the limit.
+        let now = now.saturating_mul(1000);
+        let interval = 60_000_000 / i64::from(per_minute.max(1));
         // A burst is a minute's worth of requests. Kept as the whole minute rather
-        // than `interval × per_minute`: above 60,000 a minute the interval rounds to
-        // zero, and a zero burst would refuse two requests whose clock readings
+        // than `interval × per_minute`: for very large limits the interval rounds
+        // to zero, and a zero burst would refuse two requests whose clock readings
         // arrive a millisecond out of order.
-        let burst = 60_000;
+        let burst = 60_000_000;
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         shard.forget_due(now);
         let tat = shard.arrivals.get(key).copied().unwrap_or(now).max(now);
         let allowed_at = tat + interval - burst;
         if now < allowed_at {
-            let wait_ms = allowed_at - now;
-            return Err(((wait_ms + 999) / 1000) as u64);
+            let wait_us = allowed_at - now;
+            return Err(((wait_us + 999_999) / 1_000_000) as u64);
         }
         shard.arrivals.insert(key.to_string(), tat + interval);
         shard.order.push_back((key.to_string(), tat + interval));
@@ -155,6 +158,17 @@ mod tests {
         }
         assert!(limiter.take("k", 1, 61_000).is_ok());
         assert!(limiter.take("k", 1, 61_001).is_err());
+    }
+
+    #[test]
+    fn a_large_limit_lets_through_its_burst_and_no_more() {
+        for per_minute in [700u32, 7_000, 40_000] {
+            let limiter = RateLimiter::default();
+            let passed = (0..per_minute * 2)
+                .filter(|_| limiter.take("k", per_minute, 5_000).is_ok())
+                .count();
+            assert_eq!(passed, per_minute as usize, "{per_minute}");
+        }
     }
 
     #[test]

@@ -11,12 +11,39 @@ use std::sync::Arc;
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-/// Whether a fetch may go to `ip`.
+/// Whether a fetch may go to `ip`. An IPv6 address that carries an IPv4 one
+/// (mapped, NAT64, 6to4) is judged by the IPv4 address it reaches.
 pub fn allowed(ip: IpAddr, allow_private: bool) -> bool {
-    if metadata(ip) {
+    let ip = embedded_v4(ip).map_or(ip, IpAddr::V4);
+    if ip.is_multicast() || metadata(ip) {
         return false;
     }
     allow_private || public(ip)
+}
+
+fn embedded_v4(ip: IpAddr) -> Option<Ipv4Addr> {
+    let IpAddr::V6(v6) = ip else {
+        return None;
+    };
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    let s = v6.segments();
+    let tail = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    match s {
+        // 64:ff9b::/96, NAT64.
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(tail),
+        // ::/96, IPv4-compatible (deprecated, still routed by some stacks).
+        [0, 0, 0, 0, 0, 0, _, _] if s[6] != 0 => Some(tail),
+        // 2002::/16, 6to4: the IPv4 address is in the next 32 bits.
+        [0x2002, a, b, ..] => Some(Ipv4Addr::new(
+            (a >> 8) as u8,
+            a as u8,
+            (b >> 8) as u8,
+            b as u8,
+        )),
+        _ => None,
+    }
 }
 
 fn metadata(ip: IpAddr) -> bool {
@@ -139,7 +166,14 @@ mod tests {
             assert!(!allowed(ip, false), "{ip}");
             assert!(allowed(ip, true), "{ip} with allow_private");
         }
-        for ip in ["169.254.169.254", "fd00:ec2::254"] {
+        for ip in [
+            "169.254.169.254",
+            "fd00:ec2::254",
+            "::ffff:169.254.169.254",
+            "64:ff9b::a9fe:a9fe",
+            "2002:a9fe:a9fe::1",
+            "ff02::1",
+        ] {
             let ip: IpAddr = ip.parse().unwrap();
             assert!(!allowed(ip, true), "{ip} is never fetched");
         }

@@ -53,6 +53,8 @@ pub async fn read(
         .timeout(Duration::from_secs(15))
         .redirect(fetch_guard::redirects(url.clone(), allow_private))
         .dns_resolver(fetch_guard::resolver(allow_private))
+        // A proxy would resolve names itself, past the guard's resolver.
+        .no_proxy()
         .build()
     {
         Ok(c) => c,

@@ -117,6 +117,10 @@ pub fn refusal_response(refusal: Refusal) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A response that has not written a frame for this long has a client that stopped
+/// reading (answer streams send a keep-alive comment every 15 s).
+const STALLED: Duration = Duration::from_secs(30);
+
 /// What a connection is doing: requests in flight (until their response bodies
 /// end) and when it last did anything.
 #[derive(Default)]
@@ -151,18 +155,26 @@ impl Activity {
         InFlight(Arc::clone(self))
     }
 
-    /// Resolves when the connection has gone without a request for too long:
-    /// `first_request` before its first one, `idle` after, never while a request
-    /// (or its streaming response) is in flight.
+    /// A response frame was written: the client is still reading.
+    fn progressed(&self) {
+        self.last.store(self.now_ms(), Ordering::Release);
+    }
+
+    /// Resolves when the connection has gone without a request for too long —
+    /// `first_request` before its first one, `idle` after — or when a response in
+    /// flight has not moved for `STALLED` (a client that stopped reading).
     pub async fn expired(&self, limits: Limits) {
+        let stalled = STALLED.max(limits.idle);
         loop {
-            let limit = match self.requests.load(Ordering::Acquire) {
-                0 => limits.first_request,
-                _ => limits.idle,
+            let busy = self.in_flight.load(Ordering::Acquire) > 0;
+            let limit = match (busy, self.requests.load(Ordering::Acquire)) {
+                (true, _) => stalled,
+                (false, 0) => limits.first_request,
+                (false, _) => limits.idle,
             };
             let since = self.now_ms() - self.last.load(Ordering::Acquire);
             let left = limit.as_millis() as i64 - since;
-            if self.in_flight.load(Ordering::Acquire) == 0 && left <= 0 {
+            if left <= 0 {
                 return;
             }
             let wait = Duration::from_millis(left.max(100) as u64);
@@ -189,15 +201,12 @@ impl Drop for InFlight {
 /// a long answer stream is never mistaken for an idle connection.
 pub struct Tracked {
     inner: Body,
-    _in_flight: InFlight,
+    in_flight: InFlight,
 }
 
 impl Tracked {
     pub fn wrap(inner: Body, in_flight: InFlight) -> Body {
-        Body::new(Tracked {
-            inner,
-            _in_flight: in_flight,
-        })
+        Body::new(Tracked { inner, in_flight })
     }
 }
 
@@ -209,7 +218,11 @@ impl HttpBody for Tracked {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = &polled {
+            self.in_flight.0.progressed();
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -66,7 +66,8 @@ pub async fn run(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot disable Nagle's algorithm");
         }
-        let capped = Some(peer.ip()).filter(|ip| !trusted_proxies.contains(ip));
+        let ip = peer.ip().to_canonical();
+        let capped = Some(crate::guard::limit_key(ip)).filter(|_| !trusted_proxies.contains(&ip));
         let place = match connections.admit(capped, &limits) {
             Ok(place) => place,
             Err(refusal) => {

@@ -76,9 +76,11 @@ async fn the_export_walks_past_a_page_and_no_cell_can_start_a_formula() {
     t.question(&token, None, "hi").await;
     // More rows than one page of the export.
     let template = t.audit().await[0].clone();
+    // Ten rows share each time, so pages break inside a run of equal times.
     for i in 0..2_100 {
         let mut row = template.clone();
-        row.at += i + 1;
+        row.at += i / 10 + 1;
+        row.call = format!("call_{i}");
         t.app.store.append_audit(&row).await.unwrap();
     }
     let export = |format: &str| {
@@ -94,6 +96,12 @@ async fn the_export_walks_past_a_page_and_no_cell_can_start_a_formula() {
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["at"].to_string())
         .collect();
     assert_eq!(ats.len(), 2 + 2_100, "every row, once");
+    let rows: std::collections::HashSet<&str> = jsonl.lines().collect();
+    assert_eq!(
+        rows.len(),
+        2 + 2_100,
+        "no row twice, none skipped at a page break"
+    );
     let mut sorted = ats.clone();
     sorted.sort();
     assert_eq!(ats, sorted, "oldest first across pages");

@@ -22,9 +22,10 @@ async fn mint(t: &TestApp, body: Value) -> crate::support::Reply {
 #[tokio::test]
 async fn an_identity_token_binds_its_user_as_the_hash_does() {
     let t = TestApp::start().await;
+    // An audience, as many JWT libraries add by default, is no reason to refuse.
     let token = token_with(
         IDENTITY_SECRET,
-        json!({"sub": "user-9", "exp": now_s(&t) + 3600, "name": "Ann"}),
+        json!({"sub": "user-9", "exp": now_s(&t) + 3600, "name": "Ann", "aud": "acme"}),
     );
     let by_token = mint(&t, json!({"site": "acme", "identity_token": token})).await;
     assert_eq!(by_token.status, 200, "{:?}", by_token.json);
@@ -74,6 +75,15 @@ async fn expired_premature_long_lived_forged_and_unsigned_tokens_are_refused() {
             token_with(IDENTITY_SECRET, json!({"sub": "u"})),
         ),
         ("alg none", unsigned),
+        ("HS384 with the right key", {
+            let key = EncodingKey::from_secret(IDENTITY_SECRET.as_bytes()).unwrap();
+            encode(
+                &Header::new(Algorithm::HS384),
+                &json!({"sub": "u", "exp": now + 60}),
+                &key,
+            )
+            .unwrap()
+        }),
         ("not a token", "hello".to_string()),
     ];
     for (why, token) in cases {
