@@ -16,6 +16,14 @@ pub struct Server {
     pub base: String,
 }
 
+/// A failing assertion must not leave a server running: dropping one stops it.
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// `deskbell serve` on a fresh port, optionally aborting at a crash point.
 pub fn spawn(config: &Path, crash_at: Option<&str>) -> (Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
