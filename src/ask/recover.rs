@@ -19,7 +19,7 @@ use crate::guard::Caller;
 use crate::llm::ChatMessage;
 use crate::states::CallKind;
 use crate::store::stored::decode_transcript;
-use crate::store::{BudgetShare, CallRow, CallStatus, StreamingAnswer};
+use crate::store::{CallRow, CallStatus, StreamingAnswer};
 
 /// Claims the work of dead processes and finishes each call in a tracked task (so
 /// shutdown waits for them). `at_start`: this process has just started (see
@@ -106,12 +106,7 @@ async fn finish(app: &App, call: &CallRow, answer: Option<StreamingAnswer>) -> a
         }
     };
     let results = tool_results(app, call, &answer, &outcome).await?;
-    let reserved = answer.budget_day.clone().map(|day| BudgetShare {
-        site: answer.site.clone(),
-        day,
-        reserved: answer.reserved,
-        limit: 0,
-    });
+    let reserved = answer.share();
     let bubble = Bubble {
         id: answer.id,
         text: answer.text,

@@ -72,6 +72,18 @@ pub struct StreamingAnswer {
     pub reserved: i64,
 }
 
+impl StreamingAnswer {
+    /// The budget reservation its turn holds, to settle when it is finished.
+    pub fn share(&self) -> Option<BudgetShare> {
+        self.budget_day.as_ref().map(|day| BudgetShare {
+            site: self.site.clone(),
+            day: day.clone(),
+            reserved: self.reserved,
+            limit: 0,
+        })
+    }
+}
+
 impl Store {
     /// Takes this process's lease (at start), timed by the database's clock.
     pub async fn take_lease(&self) -> StoreResult<()> {
@@ -232,13 +244,8 @@ impl Store {
     /// Marks an interrupted answer failed, keeping its saved text, and gives its
     /// budget reservation back (settled to `spent`, an estimate of what it used).
     pub async fn fail_answer(&self, answer: &StreamingAnswer, spent: i64) -> StoreResult<()> {
-        let share = answer.budget_day.as_ref().map(|day| BudgetShare {
-            site: answer.site.clone(),
-            day: day.clone(),
-            reserved: answer.reserved,
-            limit: 0,
-        });
-        self.fail_streaming(&answer.id, share.as_ref(), spent).await
+        self.fail_streaming(&answer.id, answer.share().as_ref(), spent)
+            .await
     }
 
     /// Marks this process's streaming answer failed and settles its reservation —

@@ -29,12 +29,7 @@ async fn confirmed_call_killed_while_its_tool_runs(postgres: bool) {
     assert_eq!(s.audit(call).await, ["requested", "confirmed", "executed"]);
     let keys = s.idempotency_keys("/cancel");
     assert_eq!(keys, [call, call], "delivered again with the same key");
-    let last = history["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let last = last_message(&history);
     assert_eq!(last["status"], "answered", "{history}");
     assert_eq!(last["text"], "Order 42 is cancelled [1].");
     assert_eq!(last["steps"][0]["status"], "succeeded");
@@ -155,12 +150,7 @@ async fn a_crash_between_the_decision_and_the_run_still_runs_the_call_once() {
     let call = card["call"].as_str().unwrap();
     assert_eq!(s.audit(call).await, ["requested", "confirmed", "executed"]);
     assert_eq!(s.idempotency_keys("/cancel"), [call]);
-    let last = history["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let last = last_message(&history);
     assert_eq!(last["status"], "answered", "{history}");
     assert_eq!(s.reserved().await, 0);
     server.kill();
@@ -186,12 +176,7 @@ async fn a_call_whose_three_deliveries_were_interrupted_fails_as_interrupted() {
         ["requested", "confirmed", "failed:interrupted"]
     );
     assert!(s.hook.calls().is_empty(), "no delivery reached the tool");
-    let last = history["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let last = last_message(&history);
     assert_eq!(last["status"], "answered", "{history}");
     assert_eq!(last["steps"][0]["status"], "failed");
     assert_eq!(s.reserved().await, 0);
@@ -205,4 +190,14 @@ async fn a_call_whose_three_deliveries_were_interrupted_fails_as_interrupted() {
 async fn on_postgresql_a_killed_process_is_recovered_once_its_lease_lapses() {
     confirmed_call_killed_while_its_tool_runs(true).await;
     answer_killed_mid_stream(true).await;
+}
+
+/// The last message of a history.
+fn last_message(history: &serde_json::Value) -> serde_json::Value {
+    history["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone()
 }
