@@ -136,3 +136,50 @@ fn ttl_minutes_accept_decimals_and_refuse_the_rest() {
         assert_eq!(parse_ttl_minutes(bad), None, "{bad}");
     }
 }
+
+/// The keys this version added to §12 refuse values that make no sense, each
+/// named with its reason.
+#[test]
+fn the_added_limits_and_timeouts_refuse_nonsense() {
+    let found = problems(
+        r#"
+[server]
+lease_s = 1
+stalled_reader_timeout_s = 0
+idle_timeout_s = -1
+max_connections = 0
+max_connections_per_ip = 0
+
+[llm]
+turn_timeout_s = 0
+
+[[site]]
+id = "acme"
+origins = ["https://acme.example"]
+identity = "jwt"
+"#,
+    );
+    for key in [
+        "server.lease_s",
+        "server.stalled_reader_timeout_s",
+        "server.idle_timeout_s",
+        "server.max_connections",
+        "server.max_connections_per_ip",
+        "llm.turn_timeout_s",
+        "site[0].identity",
+    ] {
+        assert!(
+            found.iter().any(|p| p.starts_with(key)),
+            "{key} not reported in {found:?}"
+        );
+    }
+    let unknown = problems("[[site]]\nid = \"a\"\nidentity = \"sometimes\"\n");
+    assert!(
+        unknown.iter().any(|p| p.contains("sometimes")),
+        "{unknown:?}"
+    );
+    let private = problems(
+        "[[site]]\nid = \"a\"\nknowledge = [{ path = \"https://intranet.example/\", allow_private = \"yes\" }]\n",
+    );
+    assert!(!private.is_empty(), "allow_private must be a boolean");
+}

@@ -60,6 +60,14 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
             add(&mut out, key.into(), "must be a positive number of seconds");
         }
     }
+    for (key, value) in [
+        ("server.max_connections", config.server.max_connections),
+        ("server.max_connections_per_ip", config.server.max_connections_per_ip),
+    ] {
+        if value == 0 {
+            add(&mut out, key.into(), "must be at least 1");
+        }
+    }
     if !(3.0..=3600.0).contains(&config.server.lease_s) {
         add(
             &mut out,
