@@ -62,7 +62,10 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
     }
     for (key, value) in [
         ("server.max_connections", config.server.max_connections),
-        ("server.max_connections_per_ip", config.server.max_connections_per_ip),
+        (
+            "server.max_connections_per_ip",
+            config.server.max_connections_per_ip,
+        ),
     ] {
         if value == 0 {
             add(&mut out, key.into(), "must be at least 1");

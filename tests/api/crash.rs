@@ -201,3 +201,42 @@ fn last_message(history: &serde_json::Value) -> serde_json::Value {
         .unwrap()
         .clone()
 }
+
+/// Two processes starting together after a crash race to claim the dead one's
+/// work: one wins, and the call is delivered again once and recorded once.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_processes_starting_after_a_crash_finish_its_call_once() {
+    let s = setup(on_postgres()).await;
+    let server = Server::start(&s.config, None).await;
+    let token = server.visitor().await;
+    s.hook.push(hanging());
+    let (conversation, card) = server.confirm_in_background(&s, &token).await;
+    s.wait_for_delivery("/cancel", 1).await;
+    server.kill();
+
+    s.llm.push(Script::text("Cancelled [1]."));
+    let (a, b) = tokio::join!(
+        Server::start(&s.config, None),
+        Server::start(&s.config, None)
+    );
+    let history = a.settled_history(&token, &conversation, 3).await;
+    // Longer than a lease and its renewals: the loser has had every chance to
+    // claim the work as well.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let call = card["call"].as_str().unwrap();
+    assert_eq!(s.audit(call).await, ["requested", "confirmed", "executed"]);
+    assert_eq!(
+        s.idempotency_keys("/cancel"),
+        [call, call],
+        "delivered again once"
+    );
+    assert_eq!(last_message(&history)["status"], "answered", "{history}");
+    assert_eq!(
+        b.history(&token, &conversation).await["messages"],
+        history["messages"],
+        "both processes show the one outcome"
+    );
+    assert_eq!(s.reserved().await, 0);
+    a.kill();
+    b.kill();
+}
