@@ -105,24 +105,6 @@ impl Store {
             .map_err(Into::into)
     }
 
-    /// Every audit row, oldest first, optionally of one site.
-    pub async fn audit_rows(&self, site: Option<&str>) -> StoreResult<Vec<AuditRow>> {
-        let rows = match site {
-            Some(site) => {
-                sqlx::query(sql(format!("{SELECT} WHERE site = $1 ORDER BY at, id")))
-                    .bind(site)
-                    .fetch_all(self.pool())
-                    .await?
-            }
-            None => {
-                sqlx::query(sql(format!("{SELECT} ORDER BY at, id")))
-                    .fetch_all(self.pool())
-                    .await?
-            }
-        };
-        Ok(rows.iter().map(audit_row).collect::<Result<_, _>>()?)
-    }
-
     /// The audit rows of one call, oldest first.
     pub async fn audit_for_call(&self, call: &str) -> StoreResult<Vec<AuditRow>> {
         let rows = sqlx::query(sql(format!("{SELECT} WHERE call = $1 ORDER BY at, id")))

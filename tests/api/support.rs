@@ -293,7 +293,14 @@ impl TestApp {
     }
 
     pub async fn audit(&self) -> Vec<deskbell::store::AuditRow> {
-        self.app.store.audit_rows(None).await.unwrap()
+        self.app
+            .store
+            .audit_page(None, None, i64::MAX)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(_, row)| row)
+            .collect()
     }
 
     /// Audit events of one call, in order.
