@@ -149,11 +149,7 @@ fn environment_variables_override_the_file() {
 fn secrets_never_appear_in_the_logs() {
     let master = "master-secret-that-must-not-leak-0123456789";
     let tool_secret = "tool-secret-that-must-not-leak";
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let data = tempfile::tempdir().unwrap();
     let (_dir, path) = config_file(
         "s.toml",
@@ -201,11 +197,7 @@ fn urls_with_credentials_or_query_strings_never_appear_in_the_logs() {
         "t",
         serde_json::json!({}),
     )]));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let data = tempfile::tempdir().unwrap();
     let (_dir, path) = config_file(
         "s.toml",

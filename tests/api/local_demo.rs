@@ -98,11 +98,7 @@ impl Drop for Demo {
 async fn demo(env: &[(&str, &str)]) -> (Demo, String) {
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let mut command = crate::support::deskbell_command();
     command
         .arg("demo")

@@ -13,7 +13,9 @@ use serde_json::Value;
 mod processes;
 mod reply;
 
-pub use processes::{ask_as_new_visitor, config_file, deskbell_command, fresh_postgres_database};
+pub use processes::{
+    ask_as_new_visitor, config_file, deskbell_command, free_port, fresh_postgres_database,
+};
 pub use reply::{Reply, parse_sse, read};
 
 pub const ORIGIN: &str = "https://shop.example";

@@ -139,3 +139,40 @@ async fn every_turn_ends_within_the_turn_timeout() {
             .starts_with("drip")
     );
 }
+
+/// A tool slower than the turn's time is cut at the turn's deadline: the call is a
+/// failed `timeout`, the model is not asked again past it, and the turn ends.
+#[tokio::test]
+async fn a_tool_slower_than_the_turn_is_cut_at_its_deadline() {
+    let t = TestApp::with(|c| {
+        c.llm.turn_timeout_s = 1.0;
+        c.sites[0].tools[0].timeout_s = 30.0;
+    })
+    .await;
+    let token = t.visitor().await;
+    t.llm.push(Script::tool_calls(&[(
+        "lookup_order",
+        json!({"order_id": 1}),
+    )]));
+    t.hook.push(deskbell::testkit::HookReply {
+        status: 200,
+        body: "{}".into(),
+        delay: Duration::from_secs(20),
+    });
+    let started = std::time::Instant::now();
+    let r = t.question(&token, None, "Where is order 1?").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(r.event("done")["status"], "failed", "{:?}", r.events);
+    let failures: Vec<_> = t
+        .audit()
+        .await
+        .into_iter()
+        .filter(|a| a.event.as_str() == "failed")
+        .map(|a| a.reason.map(|r| r.as_str()))
+        .collect();
+    assert_eq!(failures, [Some("timeout")]);
+}

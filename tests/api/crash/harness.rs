@@ -26,11 +26,7 @@ impl Drop for Server {
 
 /// `deskbell serve` on a fresh port, optionally aborting at a crash point.
 pub fn spawn(config: &Path, crash_at: Option<&str>) -> (Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let mut command = deskbell_command();
     command
         .args(["serve", "--config"])

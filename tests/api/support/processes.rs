@@ -62,3 +62,12 @@ pub async fn fresh_postgres_database() -> String {
     admin.close().await;
     format!("{server}/{name}")
 }
+
+/// A loopback port free at this moment, for a child process to bind.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
