@@ -76,6 +76,26 @@ input_schema = {{ type = "object", required = ["order_id"], properties = {{ orde
         .with("E2E_IDENTITY_SECRET", "e2e-identity-secret");
     let config = Config::from_toml(&config, "e2e.toml", &env)?;
     let app = deskbell::app::build(config, Default::default()).await?;
+    // The console's tests sign in as these.
+    let admin_password = "e2e-admin-password-0123";
+    let agent_password = "e2e-agent-password-0123";
+    let now = chrono_now();
+    deskbell::operator::accounts::add_operator(
+        &app.store,
+        "admin@example.test",
+        deskbell::states::OperatorRole::Admin,
+        admin_password,
+        now,
+    )
+    .await?;
+    deskbell::operator::accounts::add_operator(
+        &app.store,
+        "agent@example.test",
+        deskbell::states::OperatorRole::Agent,
+        agent_password,
+        now,
+    )
+    .await?;
     let router = deskbell::routes::router(app.clone());
     tokio::spawn(deskbell::routes::serve(
         app,
@@ -95,9 +115,22 @@ input_schema = {{ type = "object", required = ["order_id"], properties = {{ orde
         .route("/__calls", get(calls))
         .with_state(Arc::new(control));
     tokio::spawn(async move { axum::serve(page_listener, pages).await });
-    println!("{}", json!({"api": api, "page": page}));
+    println!(
+        "{}",
+        json!({
+            "api": api,
+            "page": page,
+            "operator": {"email": "admin@example.test", "password": admin_password},
+            "agent": {"email": "agent@example.test", "password": agent_password},
+        })
+    );
     std::future::pending::<()>().await;
     Ok(())
+}
+
+fn chrono_now() -> i64 {
+    use deskbell::clock::Clock;
+    deskbell::clock::SystemClock.now_ms()
 }
 
 /// The host page. `?hostile=1` adds styles that try to restyle everything, and

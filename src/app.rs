@@ -15,12 +15,13 @@ use crate::knowledge::Knowledge;
 use crate::llm::{OpenAiProvider, Provider};
 use crate::secret::Keys;
 use crate::store::Store;
-use crate::tools::Toolbox;
+use crate::tools::catalog::Catalog;
 use crate::tools::http::Executor;
 
 pub struct Site {
     pub config: SiteConfig,
-    pub tools: Toolbox,
+    /// The file's tools with the console's changes (`tools::catalog`).
+    pub tools: Catalog,
 }
 
 impl std::fmt::Debug for Site {
@@ -43,6 +44,11 @@ pub struct AppState {
     /// Rate-limit buckets and stream slots.
     pub counters: Arc<dyn Counters>,
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// Changes the operator console shows live.
+    pub live: crate::live::Live,
+    /// Whether the server listens on loopback only: its session cookie may then
+    /// go without `Secure` (SPEC §15).
+    pub loopback: bool,
 }
 
 pub type App = Arc<AppState>;
@@ -124,9 +130,16 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         .filter_map(|p| p.parse().ok())
         .collect();
     let knowledge = Knowledge::open(&config).await?;
+    let loopback = config
+        .server
+        .bind
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| a.ip().is_loopback());
     let mut sites = HashMap::new();
     for site in &config.sites {
-        let tools = Toolbox::new(&site.tools)?;
+        let tools = Catalog::new(&site.id, site.tools.clone())?;
+        // The console's changes are read now, so the first turn needs no rebuild.
+        let _ = tools.fresh(&store).await;
         sites.insert(
             site.id.clone(),
             Arc::new(Site {
@@ -149,6 +162,8 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
             .counters
             .unwrap_or_else(|| Arc::new(LocalCounters::default())),
         trusted_proxies,
+        live: Default::default(),
+        loopback,
     });
     Ok(app)
 }

@@ -42,6 +42,33 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Manages operator accounts and API tokens.
+    Operator {
+        #[command(subcommand)]
+        command: OperatorCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum OperatorCommand {
+    /// Creates an operator; reads the password from standard input, or generates
+    /// one and prints it once.
+    Add {
+        email: String,
+        #[arg(long, value_parser = ["admin", "agent"], default_value = "admin")]
+        role: String,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Prints a new operator API token once.
+    Token {
+        #[arg(long)]
+        name: String,
+        #[arg(long, value_parser = ["admin", "agent"], default_value = "admin")]
+        role: String,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -83,6 +110,7 @@ pub fn main() -> ExitCode {
                         format,
                     },
             } => export(config, site, format, &env).await,
+            Command::Operator { command } => operator(command, &env).await,
         }
     });
     match result {
@@ -202,18 +230,42 @@ async fn ingest(path: PathBuf, only: Option<String>) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
+/// The database a command works on: `DESKBELL_DATABASE_URL`, else the config's,
+/// else the demo's.
+async fn command_store(path: Option<PathBuf>, env: &Env) -> anyhow::Result<crate::store::Store> {
+    let url = match (env.get("DESKBELL_DATABASE_URL"), path) {
+        (Some(url), _) => url.to_string(),
+        (None, Some(path)) => Config::load_unchecked(&path)?.server.database_url(),
+        (None, None) => Config::demo_database_url(),
+    };
+    crate::store::Store::connect(&url, Default::default()).await
+}
+
+async fn operator(command: OperatorCommand, env: &Env) -> anyhow::Result<ExitCode> {
+    use crate::operator::commands;
+    use crate::states::OperatorRole;
+    let role = |text: &str| OperatorRole::parse(text).map_err(anyhow::Error::from);
+    match command {
+        OperatorCommand::Add {
+            email,
+            role: r,
+            config,
+        } => commands::add(&command_store(config, env).await?, &email, role(&r)?).await,
+        OperatorCommand::Token {
+            name,
+            role: r,
+            config,
+        } => commands::token(&command_store(config, env).await?, &name, role(&r)?).await,
+    }
+}
+
 async fn export(
     path: Option<PathBuf>,
     site: Option<String>,
     format: Format,
     env: &Env,
 ) -> anyhow::Result<ExitCode> {
-    let url = match (env.get("DESKBELL_DATABASE_URL"), path) {
-        (Some(url), _) => url.to_string(),
-        (None, Some(path)) => Config::load_unchecked(&path)?.server.database_url(),
-        (None, None) => Config::demo_database_url(),
-    };
-    let store = crate::store::Store::connect(&url, Default::default()).await?;
+    let store = command_store(path, env).await?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     crate::audit::export(&store, site.as_deref(), format, &mut out).await?;
     std::io::Write::flush(&mut out)?;

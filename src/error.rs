@@ -42,6 +42,16 @@ pub enum ApiError {
     ProviderUnavailable,
     #[error("no such endpoint")]
     NotFound,
+    #[error("sign in as an operator first")]
+    OperatorUnauthenticated,
+    #[error("the email or the password is wrong")]
+    LoginFailed,
+    #[error("this needs the admin role")]
+    Forbidden,
+    #[error("the X-Deskbell-CSRF header is missing or wrong")]
+    CsrfInvalid,
+    #[error("{0} not found")]
+    Missing(&'static str),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -51,9 +61,13 @@ impl ApiError {
         use ApiError::*;
         match self {
             InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            InvalidVisitorToken => StatusCode::UNAUTHORIZED,
-            OriginNotAllowed | IdentityInvalid | SignatureInvalid => StatusCode::FORBIDDEN,
-            SiteNotFound | ConversationNotFound | CallNotFound | NotFound => StatusCode::NOT_FOUND,
+            InvalidVisitorToken | OperatorUnauthenticated | LoginFailed => StatusCode::UNAUTHORIZED,
+            OriginNotAllowed | IdentityInvalid | SignatureInvalid | Forbidden | CsrfInvalid => {
+                StatusCode::FORBIDDEN
+            }
+            SiteNotFound | ConversationNotFound | CallNotFound | NotFound | Missing(_) => {
+                StatusCode::NOT_FOUND
+            }
             CallNotPending => StatusCode::CONFLICT,
             ConfirmationExpired => StatusCode::GONE,
             MessageTooLong(_) | BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -83,7 +97,11 @@ impl ApiError {
             TooManyStreams(_) => "too_many_streams",
             DailyBudgetExhausted(_) => "daily_budget_exhausted",
             ProviderUnavailable => "provider_unavailable",
-            NotFound => "not_found",
+            NotFound | Missing(_) => "not_found",
+            OperatorUnauthenticated => "operator_unauthenticated",
+            LoginFailed => "login_failed",
+            Forbidden => "forbidden",
+            CsrfInvalid => "csrf_invalid",
             Internal(_) => "internal_error",
         }
     }

@@ -29,6 +29,8 @@ pub fn router(app: App) -> Router {
         .merge(crate::ask::router())
         .merge(crate::conversation::router())
         .merge(crate::widget::router())
+        .merge(crate::operator::router())
+        .merge(crate::console::router())
         .fallback(|| async { crate::error::ApiError::NotFound })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))

@@ -102,6 +102,16 @@ text_enum!(
         Executed = "executed",
         Failed = "failed",
         Refused = "refused",
+        /// An operator changed a tool in the console (SPEC §15).
+        ToolChanged = "tool_changed",
+    }
+);
+
+text_enum!(
+    /// What an operator may do (SPEC §15): an admin everything, an agent read.
+    OperatorRole ("operator role") {
+        Admin = "admin",
+        Agent = "agent",
     }
 );
 

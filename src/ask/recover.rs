@@ -64,7 +64,11 @@ pub async fn lease_forever(app: App) {
 /// into the interrupted answer.
 async fn finish(app: &App, call: &CallRow, answer: Option<StreamingAnswer>) -> anyhow::Result<()> {
     let site = app.site(&call.site).cloned();
-    let plan = claimed::plan(site.as_deref(), call);
+    let tools = match &site {
+        Some(site) => Some(site.tools.fresh(&app.store).await),
+        None => None,
+    };
+    let plan = claimed::plan(tools.as_deref(), call);
     let Some(site) = site else {
         claimed::give_up(app, call, answer.as_ref()).await;
         return Ok(());

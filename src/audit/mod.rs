@@ -20,15 +20,17 @@ pub struct ExportRow<'a> {
     pub at: String,
     pub event: &'a str,
     pub reason: Option<&'a str>,
-    pub call: &'a str,
+    /// `null` on an operator's row (`tool_changed`), which belongs to no call.
+    pub call: Option<&'a str>,
     pub site: &'a str,
-    pub conversation: &'a str,
-    pub visitor: &'a str,
+    pub conversation: Option<&'a str>,
+    pub visitor: Option<&'a str>,
     pub tool: &'a str,
     pub policy: &'a str,
     pub arguments: serde_json::Value,
     pub http_status: Option<i64>,
     pub duration_ms: Option<i64>,
+    pub operator: Option<&'a str>,
 }
 
 impl<'a> From<&'a AuditRow> for ExportRow<'a> {
@@ -37,21 +39,27 @@ impl<'a> From<&'a AuditRow> for ExportRow<'a> {
             at: rfc3339(r.at),
             event: r.event.as_str(),
             reason: r.reason.map(|r| r.as_str()),
-            call: &r.call,
+            call: present(&r.call),
             site: &r.site,
-            conversation: &r.conversation,
-            visitor: &r.visitor,
+            conversation: present(&r.conversation),
+            visitor: present(&r.visitor),
             tool: &r.tool,
             policy: r.policy.as_str(),
             arguments: serde_json::from_str(&r.arguments).unwrap_or(serde_json::Value::Null),
             http_status: r.http_status,
             duration_ms: r.duration_ms,
+            operator: r.operator.as_deref(),
         }
     }
 }
 
-const CSV_HEADER: &str =
-    "at,event,reason,call,site,conversation,visitor,tool,policy,arguments,http_status,duration_ms";
+/// Operator rows keep empty text where a call row has its ids (the columns are
+/// NOT NULL); the export says `null` for them.
+fn present(text: &str) -> Option<&str> {
+    (!text.is_empty()).then_some(text)
+}
+
+pub const CSV_HEADER: &str = "at,event,reason,call,site,conversation,visitor,tool,policy,arguments,http_status,duration_ms,operator";
 
 pub async fn export(
     store: &Store,
@@ -84,9 +92,9 @@ pub async fn export(
 }
 
 /// Rows read from the database at once while exporting.
-const EXPORT_PAGE: i64 = 1000;
+pub const EXPORT_PAGE: i64 = 1000;
 
-fn write_row(row: &AuditRow, format: Format, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn write_row(row: &AuditRow, format: Format, out: &mut impl Write) -> anyhow::Result<()> {
     {
         let r = ExportRow::from(row);
         match format {
@@ -96,15 +104,16 @@ fn write_row(row: &AuditRow, format: Format, out: &mut impl Write) -> anyhow::Re
                     r.at.clone(),
                     r.event.to_string(),
                     r.reason.unwrap_or_default().to_string(),
-                    r.call.to_string(),
+                    r.call.unwrap_or_default().to_string(),
                     r.site.to_string(),
-                    r.conversation.to_string(),
-                    r.visitor.to_string(),
+                    r.conversation.unwrap_or_default().to_string(),
+                    r.visitor.unwrap_or_default().to_string(),
                     r.tool.to_string(),
                     r.policy.to_string(),
                     row.arguments.clone(),
                     r.http_status.map(|s| s.to_string()).unwrap_or_default(),
                     r.duration_ms.map(|s| s.to_string()).unwrap_or_default(),
+                    r.operator.unwrap_or_default().to_string(),
                 ];
                 let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
                 writeln!(out, "{}", line.join(","))?;

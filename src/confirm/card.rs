@@ -35,6 +35,8 @@ pub async fn raise(
     row.signature = Some(signature.clone());
     let requested = AuditRow::for_call(&row, AuditEvent::Requested, None, now);
     app.store.insert_call(&row, &[requested]).await?;
+    app.live
+        .publish(&row.site, &row.conversation, "card_raised");
     Ok(StreamEvent::Confirm {
         call: row.id.clone(),
         tool: tool.name.clone(),

@@ -29,7 +29,11 @@ pub async fn decide(
         .decide(call, to, reason, now, bubble, budget)
         .await?
     {
-        Decided::Won => return Ok(Ok(to)),
+        Decided::Won => {
+            app.live
+                .publish(&call.site, &call.conversation, "card_answered");
+            return Ok(Ok(to));
+        }
         Decided::Lost => {
             super::refuse(app, call, Reason::Replayed).await?;
             ApiError::CallNotPending

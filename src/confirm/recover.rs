@@ -10,13 +10,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::app::{App, Site};
+use crate::app::App;
 use crate::config::Policy;
 use crate::llm::estimate_tokens;
 use crate::states::CallKind;
 use crate::store::{CallRow, StreamingAnswer};
-use crate::tools::Tool;
 use crate::tools::arguments::Arguments;
+use crate::tools::{Tool, Toolbox};
 
 /// A call is sent to its tool at most this often; a crash during the last
 /// delivery fails it with reason `interrupted`.
@@ -68,11 +68,11 @@ pub enum Plan {
     Interrupted,
 }
 
-pub fn plan(site: Option<&Site>, call: &CallRow) -> Plan {
+pub fn plan(tools: Option<&Toolbox>, call: &CallRow) -> Plan {
     if call.deliveries > MAX_DELIVERIES {
         return Plan::Interrupted;
     }
-    let Some(tool) = site.and_then(|s| s.tools.get(&call.tool)) else {
+    let Some(tool) = tools.and_then(|t| t.get(&call.tool)) else {
         return Plan::Interrupted;
     };
     // A confirmed call runs only under the configuration the visitor saw; an

@@ -64,9 +64,10 @@ pub async fn verify_answer(
         refuse(app, &call, Reason::Late).await?;
         return Err(ApiError::ConfirmationExpired);
     }
-    let tool = caller
-        .site
-        .tools
+    // The tools as they stand in the database now: a change made on another
+    // replica a moment ago counts (SPEC §8).
+    let tools = caller.site.tools.fresh(&app.store).await;
+    let tool = tools
         .get(&call.tool)
         .filter(|t| Some(&t.digest) == call.config_digest.as_ref());
     let Some(tool) = tool.cloned() else {

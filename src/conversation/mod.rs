@@ -41,7 +41,7 @@ async fn show(
     Ok(Json(view(id, messages, calls)))
 }
 
-fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -> ConversationView {
+pub(crate) fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -> ConversationView {
     let mut steps: HashMap<&str, Vec<StepView>> = HashMap::new();
     for call in calls.iter().filter(|c| c.status != CallStatus::Refused) {
         steps

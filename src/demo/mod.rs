@@ -61,6 +61,7 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
         crate::knowledge::log_report(&site.id, &report);
     }
     let app = crate::app::build(config, Default::default()).await?;
+    let operator = demo_operator(&app).await?;
     let router = crate::routes::router(app.clone())
         .merge(shop::router(tools_secret.into_bytes(), app.clock.clone()))
         .merge(page::router(KNOWLEDGE));
@@ -68,8 +69,38 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {bind} (is another demo running?)"))?;
     println!("Deskbell demo: open http://{bind}/ in a browser. Data is kept in {DATA_DIR}.");
+    println!("Operator console: http://{bind}/console");
+    match operator {
+        Some(password) => println!(
+            "  sign in as {DEMO_OPERATOR} with the password {password}\n  (shown this once; add others with `deskbell operator add`)"
+        ),
+        None => println!(
+            "  sign in as {DEMO_OPERATOR} (its password was printed on the demo's first start)"
+        ),
+    }
     crate::routes::serve(app, router, listener, crate::server::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The operator the demo creates on its first start.
+const DEMO_OPERATOR: &str = "admin@demo.deskbell";
+
+/// Creates the demo's operator with a generated password on the first start
+/// (when there is no operator yet) and returns that password, shown once.
+async fn demo_operator(app: &crate::app::App) -> anyhow::Result<Option<String>> {
+    if app.store.operator_count().await? > 0 {
+        return Ok(None);
+    }
+    let password = crate::operator::accounts::random_text(18)?;
+    crate::operator::accounts::add_operator(
+        &app.store,
+        DEMO_OPERATOR,
+        crate::states::OperatorRole::Admin,
+        &password,
+        app.clock.now_ms(),
+    )
+    .await?;
+    Ok(Some(password))
 }
 
 const LOCAL_MODEL: &str = "No OpenAI-compatible endpoint is configured, so the demo answers with the \

@@ -146,7 +146,7 @@ fn same_origin_fetch(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v == "same-origin")
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let token = value
         .strip_prefix("Bearer ")

@@ -92,6 +92,10 @@ impl SiteIndex {
         })
     }
 
+    pub fn reload(&self) -> anyhow::Result<()> {
+        Ok(self.reader.reload()?)
+    }
+
     /// The best `limit` passages by BM25; when no word matches exactly, a second
     /// try allows one typo per word.
     pub fn search(&self, question: &str, limit: usize) -> anyhow::Result<Vec<Passage>> {

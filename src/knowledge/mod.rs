@@ -62,6 +62,15 @@ impl Knowledge {
         tokio::task::spawn_blocking(move || index.search(&question, limit)).await?
     }
 
+    /// Makes a site's searches see its latest ingest at once, rather than after
+    /// the reader's own reload delay.
+    pub fn reload(&self, site: &str) -> anyhow::Result<()> {
+        match self.sites.get(site) {
+            Some(index) => index.reload(),
+            None => Ok(()),
+        }
+    }
+
     pub fn has(&self, site: &str) -> bool {
         self.sites.contains_key(site)
     }

@@ -25,6 +25,8 @@ pub struct AuditRow {
     pub arguments: String,
     pub http_status: Option<i64>,
     pub duration_ms: Option<i64>,
+    /// The operator behind a `tool_changed` row; `None` on call rows.
+    pub operator: Option<String>,
 }
 
 /// Inserts one audit row with any executor, so it can join a transaction.
@@ -33,8 +35,8 @@ where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     sqlx::query(
-        "INSERT INTO audit (id, at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        "INSERT INTO audit (id, at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms, operator) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
     )
     .bind(new_id("a"))
     .bind(row.at)
@@ -49,12 +51,13 @@ where
     .bind(&row.arguments)
     .bind(row.http_status)
     .bind(row.duration_ms)
+    .bind(&row.operator)
     .execute(executor)
     .await?;
     Ok(())
 }
 
-fn audit_row(row: &AnyRow) -> Result<AuditRow, sqlx::Error> {
+pub(super) fn audit_row(row: &AnyRow) -> Result<AuditRow, sqlx::Error> {
     Ok(AuditRow {
         at: row.try_get("at")?,
         event: state(row, "event", AuditEvent::parse)?,
@@ -68,10 +71,11 @@ fn audit_row(row: &AnyRow) -> Result<AuditRow, sqlx::Error> {
         arguments: row.try_get("arguments")?,
         http_status: row.try_get("http_status")?,
         duration_ms: row.try_get("duration_ms")?,
+        operator: row.try_get("operator")?,
     })
 }
 
-const SELECT: &str = "SELECT at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms FROM audit";
+pub(super) const SELECT_COLUMNS: &str = "at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms, operator";
 
 impl Store {
     pub async fn append_audit(&self, row: &AuditRow) -> StoreResult<()> {
@@ -90,7 +94,7 @@ impl Store {
     ) -> StoreResult<Vec<(String, AuditRow)>> {
         let (at, id) = after.unwrap_or((Millis::MIN, String::new()));
         let rows = sqlx::query(
-            "SELECT id, at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms \
+            "SELECT id, at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms, operator \
              FROM audit WHERE ($1 = '' OR site = $1) AND (at > $2 OR (at = $2 AND id > $3)) ORDER BY at, id LIMIT $4",
         )
         .bind(site.unwrap_or(""))
@@ -107,10 +111,12 @@ impl Store {
 
     /// The audit rows of one call, oldest first.
     pub async fn audit_for_call(&self, call: &str) -> StoreResult<Vec<AuditRow>> {
-        let rows = sqlx::query(sql(format!("{SELECT} WHERE call = $1 ORDER BY at, id")))
-            .bind(call)
-            .fetch_all(self.pool())
-            .await?;
+        let rows = sqlx::query(sql(format!(
+            "SELECT {SELECT_COLUMNS} FROM audit WHERE call = $1 ORDER BY at, id"
+        )))
+        .bind(call)
+        .fetch_all(self.pool())
+        .await?;
         Ok(rows.iter().map(audit_row).collect::<Result<_, _>>()?)
     }
 }

@@ -66,6 +66,7 @@ impl AuditRow {
             arguments: call.arguments.clone(),
             http_status: None,
             duration_ms: None,
+            operator: None,
         }
     }
 }

@@ -23,6 +23,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!(
     (2, "audit append only", "sqlite/0002_audit_append_only.sql"),
     (3, "budgets", "common/0003_budgets.sql"),
     (4, "leases", "common/0004_leases.sql"),
+    (6, "operators", "common/0006_operators.sql"),
 );
 
 const POSTGRES: &[(i64, &str, &str)] = embedded!(
@@ -39,6 +40,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!(
         "audit refuses truncate",
         "postgres/0005_audit_no_truncate.sql"
     ),
+    (6, "operators", "common/0006_operators.sql"),
 );
 
 #[derive(Debug)]

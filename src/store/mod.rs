@@ -9,11 +9,14 @@ mod audit;
 mod budgets;
 mod calls;
 mod cards;
+mod console;
 mod conversations;
 mod error;
 mod group;
 mod leases;
 mod migrate;
+mod operators;
+mod overrides;
 pub mod stored;
 mod turns;
 mod visitors;
@@ -23,9 +26,12 @@ pub use crate::states::{AuditEvent, CallKind, CallStatus, MessageStatus, Reason,
 pub use audit::AuditRow;
 pub use calls::CallRow;
 pub use cards::Decided;
+pub use console::{AuditFilter, ConversationFilter, ConversationListRow};
 pub use conversations::{MessageRow, STREAMING};
 pub use error::{StoreError, StoreResult};
 pub use leases::{Claimed, StreamingAnswer};
+pub use operators::{OperatorRow, SessionRow, TokenRow};
+pub use overrides::ToolOverride;
 pub use turns::{TurnEnd, TurnStart};
 
 use std::path::Path;

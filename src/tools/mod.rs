@@ -2,6 +2,7 @@
 //! digest of their configuration that a confirmation's signature covers.
 
 pub mod arguments;
+pub mod catalog;
 pub mod http;
 pub mod render;
 pub mod schema;
@@ -27,8 +28,9 @@ pub struct Tool {
     pub secret: Option<Secret>,
     pub schema: serde_json::Value,
     validator: jsonschema::Validator,
-    /// SHA-256 of the canonical configuration (policy, executor, schema): a pending
-    /// card whose tool changed since it was signed is refused as stale.
+    /// SHA-256 of the canonical configuration (what visitors and the model are
+    /// shown, policy, executor, schema): a pending card whose tool changed since it
+    /// was signed is refused as stale.
     pub digest: String,
 }
 
@@ -37,6 +39,8 @@ impl Tool {
         let validator = schema::compile(&config.input_schema).map_err(anyhow::Error::msg)?;
         let canonical = serde_json_canonicalizer::to_string(&json!({
             "name": config.name,
+            "label": config.label,
+            "description": config.description,
             "policy": config.policy.as_str(),
             "executor": {"url": config.url, "timeout_s": config.timeout_s, "secret_env": config.secret_env},
             "schema": config.input_schema,
@@ -93,6 +97,11 @@ impl Toolbox {
             toolbox.tools.push(Arc::new(tool));
         }
         Ok(toolbox)
+    }
+
+    /// Every tool, in the file's order.
+    pub fn all(&self) -> &[Arc<Tool>] {
+        &self.tools
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {

@@ -19,6 +19,9 @@ mod local;
 mod local_arch;
 #[cfg(feature = "local-model")]
 mod local_demo;
+mod operator;
+mod operator_reads;
+mod operator_tools;
 mod postgres;
 mod provider;
 mod refusals;

@@ -10,9 +10,11 @@ use deskbell::llm::Provider;
 use deskbell::testkit::{FakeLlm, Webhook};
 use serde_json::Value;
 
+mod console;
 mod processes;
 mod reply;
 
+pub use console::{Console, PASSWORD, session_cookie};
 pub use processes::{
     ask_as_new_visitor, config_file, deskbell_command, free_port, fresh_postgres_database,
 };

@@ -174,6 +174,7 @@ impl Turn {
             tool_call_id: call.model_call_id.clone(),
             content: format!("[1] {}", outcome.result),
         });
+        self.refresh_tools().await;
         let record = confirm::run::record(&self.app, call, &outcome, status);
         let request = self.request(messages, 0);
         let (recorded, first) = tokio::join!(record, self.model(request));

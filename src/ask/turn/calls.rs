@@ -76,8 +76,6 @@ impl Turn {
 
     fn plan(&self, call: &ToolCall, card_planned: bool) -> Plan {
         let tool = self
-            .caller
-            .site
             .tools
             .get(&call.name)
             .filter(|t| t.policy != Policy::Off);
@@ -167,7 +165,7 @@ impl Turn {
         bubble: &Bubble,
         reason: Reason,
     ) -> anyhow::Result<()> {
-        let tool = self.caller.site.tools.get(&call.name).map(Arc::as_ref);
+        let tool = self.tools.get(&call.name).map(Arc::as_ref);
         let kind = if tool.is_some_and(|t| t.policy == Policy::Confirm) {
             CallKind::Confirmation
         } else {

@@ -75,6 +75,11 @@ impl Turn {
         }
         saved?;
         self.open_bubble = None;
+        self.app.live.publish(
+            &self.caller.site.config.id,
+            &self.conversation,
+            "turn_ended",
+        );
         self.sink
             .send(StreamEvent::Done {
                 status,

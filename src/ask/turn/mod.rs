@@ -10,6 +10,8 @@ mod calls;
 mod finish;
 mod rounds;
 
+use std::sync::Arc;
+
 use super::prompt::{self, Part};
 use super::{Ready, Sink};
 use crate::app::App;
@@ -20,6 +22,7 @@ use crate::ids::{ConversationId, new_id};
 use crate::llm::{ChatMessage, ChatRequest, ModelStream, ProviderError};
 use crate::states::{MessageStatus, Role};
 use crate::store::{BudgetShare, MessageRow, Reservation, TurnEnd, TurnStart};
+use crate::tools::Toolbox;
 use crate::tools::http::Invocation;
 use crate::wire::{Citation, Decision, StreamEvent, Usage};
 use finish::snippet;
@@ -71,6 +74,8 @@ pub struct Turn {
     /// The answer's bubble once its row is written and until its final write: a
     /// turn that ends without that write marks it failed when it settles.
     open_bubble: Option<String>,
+    /// The site's tools as of this round: the file's with the console's changes.
+    tools: Arc<Toolbox>,
     /// Every model wait ends by this instant (`[llm] turn_timeout_s`).
     deadline: tokio::time::Instant,
     /// When the bubble's text was last saved while streaming.
@@ -90,6 +95,7 @@ impl Turn {
         let now = tokio::time::Instant::now();
         let deadline = now + std::time::Duration::from_secs_f64(app.config.llm.turn_timeout_s);
         sink.until(deadline);
+        let tools = caller.site.tools.snapshot();
         Self {
             app,
             caller,
@@ -108,6 +114,7 @@ impl Turn {
             open_bubble: None,
             deadline,
             checkpointed: now,
+            tools,
         }
     }
 
@@ -175,7 +182,10 @@ impl Turn {
             true => Vec::new(),
             false => prompt::history(&store, &self.conversation).await?,
         };
-        let passages = self.retrieve(&message).await;
+        // The tools are read again for each model round: an operator's change
+        // applies from the next round on every replica (SPEC §15).
+        let (passages, tools) = tokio::join!(self.retrieve(&message), site.tools.fresh(&store));
+        self.tools = tools;
         let knowledge = prompt::sources(passages.as_deref());
         self.knowledge_len = knowledge.len();
         let mut messages = vec![prompt::system(&site.config, Part::Question, &knowledge)];
@@ -213,6 +223,11 @@ impl Turn {
             }
         }
         self.reserved();
+        if is_new {
+            self.app
+                .live
+                .publish(&site.config.id, &self.conversation, "started");
+        }
         self.open_bubble = Some(bubble.id.clone());
         let first = match first {
             Ok(stream) => stream,
@@ -276,7 +291,7 @@ impl Turn {
 
     fn request(&self, messages: &[ChatMessage], round: usize) -> ChatRequest {
         let tools = if round + 1 < MAX_ROUNDS {
-            self.caller.site.tools.offered(self.withheld.as_deref())
+            self.tools.offered(self.withheld.as_deref())
         } else {
             Vec::new()
         };
@@ -311,6 +326,12 @@ impl Turn {
             user_id: self.caller.user_id.as_deref(),
             unix_seconds: self.app.clock.now_ms() / 1000,
         }
+    }
+
+    /// Reads the site's tools again, for the next model round or the calls of
+    /// the last one.
+    async fn refresh_tools(&mut self) {
+        self.tools = self.caller.site.tools.fresh(&self.app.store).await;
     }
 
     /// Tells the handler how the start went; only the first word counts.

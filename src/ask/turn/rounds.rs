@@ -33,6 +33,9 @@ impl Turn {
                 tracing::info!(cap, "the turn reached its token cap");
                 return TurnStatus::Answered;
             }
+            if first.is_none() {
+                self.refresh_tools().await;
+            }
             let request = self.request(&messages, round);
             let prompt_chars = request_chars(&request);
             let stream = match first.take() {
@@ -54,13 +57,15 @@ impl Turn {
                 content: text,
                 tool_calls: calls.clone(),
             });
+            // The calls are judged under the tools as they are now, so a tool an
+            // operator switched to Needs confirmation while the model wrote does
+            // not run on its own.
+            self.refresh_tools().await;
             // What a crash while auto calls run leaves behind: the text so far, and
             // the transcript to resume from once the calls' outcomes are known. (A
             // card's call stores its own transcript.)
             let runs_auto = calls.iter().any(|c| {
-                self.caller
-                    .site
-                    .tools
+                self.tools
                     .get(&c.name)
                     .is_some_and(|t| t.policy == Policy::Auto)
             });

@@ -1,6 +1,11 @@
 //! Every type that crosses the public boundary: request bodies, stream events and the
-//! history JSON of SPEC §4, §5 and §11. A change here is a change of the public
+//! history JSON of SPEC §4, §5 and §11, and the operator API's of §15
+//! (`operator.rs`). A change here is a change of the public
 //! contract, so these types live together and nowhere else.
+
+mod operator;
+
+pub use operator::*;
 
 use serde::{Deserialize, Serialize};
 

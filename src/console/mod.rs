@@ -1,0 +1,73 @@
+//! `GET /console` (SPEC §15): the operator console, a page of plain JavaScript
+//! served by the binary — no front-end build — that is a client of the operator
+//! API (`operator/`). A strict content security policy keeps it to its own
+//! files: conversation text and tool descriptions it shows are untrusted.
+
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tower_http::compression::CompressionLayer;
+
+use crate::app::App;
+
+const PAGE: &str = include_str!("index.html");
+const SCRIPT: &str = include_str!("console.js");
+const STYLE: &str = include_str!("console.css");
+const CHART_SCRIPT: &str = include_str!("vendor/uPlot.iife.min.js");
+const CHART_STYLE: &str = include_str!("vendor/uPlot.min.css");
+
+/// uPlot positions its parts with inline styles (set through the DOM, which
+/// `style-src` allows only with 'unsafe-inline'); scripts stay strictly 'self'.
+const POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+     img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+pub fn router() -> Router<App> {
+    Router::new()
+        .route(
+            "/console",
+            get(|| async { file(PAGE, "text/html; charset=utf-8") }),
+        )
+        .route(
+            "/console/",
+            get(|| async { file(PAGE, "text/html; charset=utf-8") }),
+        )
+        .route(
+            "/console/console.js",
+            get(|| async { file(SCRIPT, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/console/console.css",
+            get(|| async { file(STYLE, "text/css; charset=utf-8") }),
+        )
+        .route(
+            "/console/vendor/uPlot.iife.min.js",
+            get(|| async { file(CHART_SCRIPT, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/console/vendor/uPlot.min.css",
+            get(|| async { file(CHART_STYLE, "text/css; charset=utf-8") }),
+        )
+        .layer(CompressionLayer::new())
+}
+
+fn file(body: &'static str, content_type: &'static str) -> Response {
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(POLICY),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    // The console changes with the binary; revalidating keeps it current.
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}

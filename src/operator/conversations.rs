@@ -1,0 +1,200 @@
+//! Conversations for operators: the newest-first list with its filters, one
+//! conversation as the widget shows it with every call's audit rows and token
+//! usage, and the live stream of changes that keeps the list current.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::Stream;
+use serde::Deserialize;
+
+use super::auth::Operator;
+use super::{Params, cursor, known_site, page_limit, parse_cursor};
+use crate::app::App;
+use crate::audit::ExportRow;
+use crate::clock::rfc3339;
+use crate::error::ApiError;
+use crate::ids::ConversationId;
+use crate::states::MessageStatus;
+use crate::store::{ConversationFilter, ConversationListRow};
+use crate::wire::{
+    CallView, ConversationDetail, ConversationSummary, LastMessage, OperatorMessage, Page,
+    PendingCard, Usage,
+};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    site: Option<String>,
+    status: Option<MessageStatus>,
+    #[serde(default)]
+    pending: bool,
+    q: Option<String>,
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+pub async fn list(
+    State(app): State<App>,
+    _: Operator,
+    Params(query): Params<ListQuery>,
+) -> Result<Json<Page<ConversationSummary>>, ApiError> {
+    if let Some(site) = &query.site {
+        known_site(&app, site)?;
+    }
+    if query.q.as_ref().is_some_and(|q| q.chars().count() > 200) {
+        return Err(ApiError::InvalidRequest("q: at most 200 characters".into()));
+    }
+    let limit = page_limit(query.limit, 50)?;
+    let filter = ConversationFilter {
+        site: query.site,
+        status: query.status,
+        pending: query.pending,
+        q: query.q,
+        before: query.cursor.as_deref().map(parse_cursor).transpose()?,
+        limit: limit + 1,
+    };
+    let mut rows = app.store.list_conversations(&filter).await?;
+    let next_cursor = match rows.len() as i64 > limit {
+        true => {
+            rows.truncate(limit as usize);
+            rows.last().map(|r| cursor(r.created_at, &r.id))
+        }
+        false => None,
+    };
+    Ok(Json(Page {
+        items: rows.into_iter().map(summary).collect(),
+        next_cursor,
+    }))
+}
+
+fn summary(row: ConversationListRow) -> ConversationSummary {
+    ConversationSummary {
+        started_at: rfc3339(row.created_at),
+        last_message: row.last.map(|(role, text, at)| LastMessage {
+            role,
+            text: preview(&text),
+            at: rfc3339(at),
+        }),
+        status: row.status,
+        pending_card: row
+            .pending
+            .map(|(call, tool, label, expires_at)| PendingCard {
+                call,
+                tool,
+                label,
+                expires_at: expires_at.map(rfc3339),
+            }),
+        id: row.id,
+        site: row.site,
+        visitor: row.visitor,
+        user_id: row.user_id,
+    }
+}
+
+/// The start of a long message, for a list row.
+fn preview(text: &str) -> String {
+    const CHARS: usize = 200;
+    match text.char_indices().nth(CHARS) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+pub async fn show(
+    State(app): State<App>,
+    _: Operator,
+    Path(id): Path<String>,
+) -> Result<Json<ConversationDetail>, ApiError> {
+    let id = ConversationId::parse(&id).ok_or(ApiError::ConversationNotFound)?;
+    let id = id.as_str();
+    let (site, visitor, user_id, started) = app
+        .store
+        .conversation_head(id)
+        .await?
+        .ok_or(ApiError::ConversationNotFound)?;
+    app.store.expire_due(app.clock.now_ms(), Some(id)).await?;
+    let messages = app.store.messages(id).await?;
+    let calls = app.store.calls_in_conversation(id).await?;
+    let usage = app.store.usage_by_message(id).await?;
+    let mut call_views = Vec::with_capacity(calls.len());
+    for call in &calls {
+        let audit = app.store.audit_for_call(&call.id).await?;
+        call_views.push(CallView {
+            call: call.id.clone(),
+            tool: call.tool.clone(),
+            label: call.label.clone(),
+            policy: call.policy,
+            kind: call.kind,
+            status: call.status,
+            reason: call.reason,
+            arguments: serde_json::from_str(&call.arguments).unwrap_or(serde_json::Value::Null),
+            created_at: rfc3339(call.created_at),
+            decided_at: call.decided_at.map(rfc3339),
+            audit: audit
+                .iter()
+                .map(|row| serde_json::to_value(ExportRow::from(row)))
+                .collect::<Result<_, _>>()
+                .map_err(|e| ApiError::Internal(e.into()))?,
+        });
+    }
+    let view = crate::conversation::view(id.to_string(), messages, calls);
+    let mut total = Usage::ZERO;
+    let messages = view
+        .messages
+        .into_iter()
+        .map(|mut message| {
+            // An operator reads cards; answering one is the visitor's alone, so
+            // no signature leaves through this API.
+            for step in message.steps.iter_mut().flatten() {
+                step.signature = None;
+            }
+            let usage = usage.get(&message.id).map(|&(input, output)| Usage {
+                input_tokens: input.max(0) as u64,
+                output_tokens: output.max(0) as u64,
+            });
+            if let Some(u) = usage {
+                total.add(u);
+            }
+            OperatorMessage { message, usage }
+        })
+        .collect();
+    Ok(Json(ConversationDetail {
+        id: id.to_string(),
+        site,
+        visitor,
+        user_id,
+        started_at: rfc3339(started),
+        messages,
+        calls: call_views,
+        usage: total,
+    }))
+}
+
+/// Server-sent events: one `conversation` event per change, for the live list.
+pub async fn events(
+    State(app): State<App>,
+    _: Operator,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let receiver = app.live.subscribe();
+    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        loop {
+            match receiver.recv().await {
+                Ok(change) => {
+                    let event = Event::default()
+                        .event("conversation")
+                        .json_data(&change)
+                        .unwrap_or_else(|_| Event::default().comment("unencodable change"));
+                    return Some((Ok(event), receiver));
+                }
+                // A console that fell behind re-reads the list on the next change.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}

@@ -1,0 +1,231 @@
+//! Tools for operators: every tool of every site as it stands (the file's values
+//! with the console's changes), a preview of the card a call would raise, and
+//! the admin's changes of label, description and policy (SPEC §15).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::Deserialize;
+
+use super::auth::Operator;
+use super::{Params, known_site};
+use crate::app::{App, Site};
+use crate::clock::rfc3339;
+use crate::error::{ApiError, JsonBody};
+use crate::secret::loggable_url;
+use crate::states::AuditEvent;
+use crate::store::{AuditRow, ToolOverride};
+use crate::tools::arguments::Arguments;
+use crate::tools::render;
+use crate::wire::{CardPreview, Items, PreviewRequest, ToolChange, ToolFileView, ToolView};
+
+/// Longest label and description the console accepts.
+const MAX_LABEL_CHARS: usize = 200;
+const MAX_DESCRIPTION_CHARS: usize = 4000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    site: Option<String>,
+}
+
+pub async fn list(
+    State(app): State<App>,
+    _: Operator,
+    Params(query): Params<ListQuery>,
+) -> Result<Json<Items<ToolView>>, ApiError> {
+    let sites: Vec<Arc<Site>> = match &query.site {
+        Some(id) => vec![Arc::clone(known_site(&app, id)?)],
+        None => app
+            .config
+            .sites
+            .iter()
+            .filter_map(|s| app.site(&s.id).cloned())
+            .collect(),
+    };
+    let mut items = Vec::new();
+    for site in sites {
+        for name in site.tools.file().iter().map(|t| t.name.clone()) {
+            if let Some(view) = tool_view(&app, &site, &name).await {
+                items.push(view);
+            }
+        }
+    }
+    Ok(Json(Items { items }))
+}
+
+/// A tool as it stands now, with what the file says and who changed it.
+async fn tool_view(app: &App, site: &Site, name: &str) -> Option<ToolView> {
+    let toolbox = site.tools.fresh(&app.store).await;
+    let overrides = site.tools.overrides(&app.store).await;
+    let file = site.tools.file().iter().find(|t| t.name == name)?;
+    let tool = toolbox.get(name)?;
+    let change = overrides.get(name);
+    Some(ToolView {
+        site: site.config.id.clone(),
+        name: tool.name.clone(),
+        label: tool.label.clone(),
+        description: tool.description.clone(),
+        policy: tool.policy,
+        source: "file",
+        url: loggable_url(&tool.url),
+        timeout_s: tool.timeout.as_secs_f64(),
+        input_schema: tool.schema.clone(),
+        changed: change.is_some(),
+        changed_by: change.map(|c| c.operator.clone()),
+        changed_at: change.map(|c| rfc3339(c.changed_at)),
+        file: ToolFileView {
+            label: file.label.clone(),
+            description: file.description.clone(),
+            policy: file.policy,
+        },
+    })
+}
+
+pub async fn change(
+    State(app): State<App>,
+    operator: Operator,
+    Path((site_id, name)): Path<(String, String)>,
+    JsonBody(change): JsonBody<ToolChange>,
+) -> Result<Json<ToolView>, ApiError> {
+    operator.require_admin()?;
+    let site = Arc::clone(known_site(&app, &site_id)?);
+    if !site.tools.file().iter().any(|t| t.name == name) {
+        return Err(ApiError::Missing("tool"));
+    }
+    check(&change)?;
+    let now = app.clock.now_ms();
+    let overrides = site.tools.overrides(&app.store).await;
+    let stored = match change.reset {
+        true => None,
+        false => {
+            let before = overrides.get(&name);
+            Some(ToolOverride {
+                tool: name.clone(),
+                label: change
+                    .label
+                    .clone()
+                    .map(|l| l.trim().to_string())
+                    .or_else(|| before.and_then(|b| b.label.clone())),
+                description: change
+                    .description
+                    .clone()
+                    .or_else(|| before.and_then(|b| b.description.clone())),
+                policy: change.policy.or_else(|| before.and_then(|b| b.policy)),
+                operator: operator.email.clone(),
+                changed_at: now,
+            })
+        }
+    };
+    let file = site
+        .tools
+        .file()
+        .iter()
+        .find(|t| t.name == name)
+        .ok_or(ApiError::Missing("tool"))?;
+    let policy = stored
+        .as_ref()
+        .and_then(|o| o.policy)
+        .unwrap_or(file.policy);
+    let audit = AuditRow {
+        at: now,
+        event: AuditEvent::ToolChanged,
+        reason: None,
+        call: String::new(),
+        site: site_id.clone(),
+        conversation: String::new(),
+        visitor: String::new(),
+        tool: name.clone(),
+        policy,
+        arguments: change_json(&change)?,
+        http_status: None,
+        duration_ms: None,
+        operator: Some(operator.email.clone()),
+    };
+    app.store
+        .change_tool(&site_id, &name, stored.as_ref(), &audit)
+        .await?;
+    tracing::info!(operator = %operator.email, site = %site_id, tool = %name, policy = policy.as_str(), "a tool was changed in the console");
+    let view = tool_view(&app, &site, &name)
+        .await
+        .ok_or(ApiError::Missing("tool"))?;
+    Ok(Json(view))
+}
+
+fn check(change: &ToolChange) -> Result<(), ApiError> {
+    let fields = change.label.is_some() || change.description.is_some() || change.policy.is_some();
+    if change.reset && fields {
+        return Err(ApiError::InvalidRequest(
+            "reset: comes alone, without label, description or policy".into(),
+        ));
+    }
+    if !change.reset && !fields {
+        return Err(ApiError::InvalidRequest(
+            "body: give label, description or policy, or reset".into(),
+        ));
+    }
+    if let Some(label) = &change.label {
+        let chars = label.trim().chars().count();
+        if chars == 0 || chars > MAX_LABEL_CHARS {
+            return Err(ApiError::InvalidRequest(format!(
+                "label: must have 1 to {MAX_LABEL_CHARS} characters"
+            )));
+        }
+        if label.chars().any(render::hidden) {
+            return Err(ApiError::InvalidRequest(
+                "label: must not contain invisible or control characters".into(),
+            ));
+        }
+    }
+    if let Some(description) = &change.description
+        && description.chars().count() > MAX_DESCRIPTION_CHARS
+    {
+        return Err(ApiError::InvalidRequest(format!(
+            "description: at most {MAX_DESCRIPTION_CHARS} characters"
+        )));
+    }
+    Ok(())
+}
+
+/// What changed, as the audit row's arguments (canonical JSON).
+fn change_json(change: &ToolChange) -> Result<String, ApiError> {
+    let mut value = serde_json::Map::new();
+    if change.reset {
+        value.insert("reset".into(), true.into());
+    }
+    if let Some(label) = &change.label {
+        value.insert("label".into(), label.trim().into());
+    }
+    if let Some(description) = &change.description {
+        value.insert("description".into(), description.clone().into());
+    }
+    if let Some(policy) = change.policy {
+        value.insert("policy".into(), policy.as_str().into());
+    }
+    serde_json_canonicalizer::to_string(&serde_json::Value::Object(value))
+        .map_err(|e| ApiError::Internal(e.into()))
+}
+
+/// The card these arguments would raise, rendered by the code that renders real
+/// cards; arguments a real call would be refused for are refused here too.
+pub async fn preview(
+    State(app): State<App>,
+    _: Operator,
+    Path((site_id, name)): Path<(String, String)>,
+    JsonBody(request): JsonBody<PreviewRequest>,
+) -> Result<Json<CardPreview>, ApiError> {
+    let site = known_site(&app, &site_id)?;
+    let toolbox = site.tools.fresh(&app.store).await;
+    let tool = toolbox.get(&name).ok_or(ApiError::Missing("tool"))?;
+    let raw =
+        serde_json::to_string(&request.arguments).map_err(|e| ApiError::Internal(e.into()))?;
+    let arguments = Arguments::from_model(&raw)
+        .map_err(|why| ApiError::InvalidRequest(format!("arguments: {why}")))?;
+    tool.check_arguments(&arguments.value)
+        .map_err(|why| ApiError::InvalidRequest(format!("arguments: {why}")))?;
+    Ok(Json(CardPreview {
+        title: tool.label.clone(),
+        lines: render::render(&tool.schema, &arguments.value),
+    }))
+}

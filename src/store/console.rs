@@ -1,0 +1,445 @@
+//! The operator console's reads (SPEC §15): conversations and audit rows newest
+//! first by keyset (a page costs the same at the end of the table as at its
+//! start), and per-day usage. Filters add constant SQL fragments; every value
+//! from a request is bound.
+
+use std::collections::HashMap;
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::audit::{AuditRow, SELECT_COLUMNS, audit_row};
+use super::error::StoreResult;
+use super::{Store, optional_state, sql, state};
+use crate::clock::Millis;
+use crate::states::{CallStatus, MessageStatus, Role};
+
+/// A value bound to a placeholder, in order.
+enum Bind {
+    Text(String),
+    Int(i64),
+}
+
+/// Collects binds and hands out their `$n` placeholders.
+#[derive(Default)]
+struct Binds(Vec<Bind>);
+
+impl Binds {
+    fn text(&mut self, value: impl Into<String>) -> String {
+        self.0.push(Bind::Text(value.into()));
+        format!("${}", self.0.len())
+    }
+
+    fn int(&mut self, value: i64) -> String {
+        self.0.push(Bind::Int(value));
+        format!("${}", self.0.len())
+    }
+
+    async fn fetch(self, store: &Store, text: String) -> StoreResult<Vec<AnyRow>> {
+        let mut query = sqlx::query(sql(text));
+        for bind in self.0 {
+            query = match bind {
+                Bind::Text(t) => query.bind(t),
+                Bind::Int(i) => query.bind(i),
+            };
+        }
+        Ok(query.fetch_all(store.pool()).await?)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct ConversationFilter {
+    pub site: Option<String>,
+    pub status: Option<MessageStatus>,
+    pub pending: bool,
+    pub q: Option<String>,
+    /// Only conversations before this one (its start and id), for the next page.
+    pub before: Option<(Millis, String)>,
+    pub limit: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConversationListRow {
+    pub id: String,
+    pub site: String,
+    pub visitor: String,
+    pub user_id: Option<String>,
+    pub created_at: Millis,
+    /// The latest message: its role, text and time.
+    pub last: Option<(Role, String, Millis)>,
+    /// The latest message's time and id, which orders messages of one instant.
+    last_key: Option<(Millis, String)>,
+    /// The status of the latest answer.
+    pub status: Option<MessageStatus>,
+    /// A card waiting for the visitor: call id, tool, label, expiry.
+    pub pending: Option<(String, String, String, Option<Millis>)>,
+}
+
+/// `LIKE` pattern for a case-insensitive substring, with the wildcards escaped.
+fn like_pattern(q: &str) -> String {
+    let escaped = q
+        .to_lowercase()
+        .replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_");
+    format!("%{escaped}%")
+}
+
+impl Store {
+    /// One page of conversations, newest first.
+    pub async fn list_conversations(
+        &self,
+        filter: &ConversationFilter,
+    ) -> StoreResult<Vec<ConversationListRow>> {
+        let mut binds = Binds::default();
+        let mut clauses = Vec::new();
+        if let Some(site) = &filter.site {
+            clauses.push(format!("c.site = {}", binds.text(site)));
+        }
+        if let Some((at, id)) = &filter.before {
+            let (at1, at2, id) = (binds.int(*at), binds.int(*at), binds.text(id));
+            clauses.push(format!(
+                "(c.created_at < {at1} OR (c.created_at = {at2} AND c.id < {id}))"
+            ));
+        }
+        if filter.pending {
+            clauses.push(format!(
+                "c.id IN (SELECT conversation FROM calls WHERE status = {})",
+                binds.text(CallStatus::Pending.as_str())
+            ));
+        }
+        if let Some(status) = filter.status {
+            // Rare states are found through the status index first; answered
+            // conversations are most of them, so those are checked row by row.
+            if status != MessageStatus::Answered {
+                clauses.push(format!(
+                    "c.id IN (SELECT conversation FROM messages WHERE status = {})",
+                    binds.text(status.as_str())
+                ));
+            }
+            clauses.push(format!(
+                "(SELECT m.status FROM messages m WHERE m.conversation = c.id AND m.role = {} \
+                 ORDER BY m.created_at DESC, m.id DESC LIMIT 1) = {}",
+                binds.text(Role::Assistant.as_str()),
+                binds.text(status.as_str())
+            ));
+        }
+        if let Some(q) = filter.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
+            let (a, b, c) = (binds.text(q), binds.text(q), binds.text(q));
+            clauses.push(format!(
+                "(c.id = {a} OR c.visitor = {b} OR v.user_id = {c} OR EXISTS (SELECT 1 FROM messages m \
+                 WHERE m.conversation = c.id AND LOWER(m.text) LIKE {} ESCAPE '\\'))",
+                binds.text(like_pattern(q))
+            ));
+        }
+        let filter_sql = match clauses.is_empty() {
+            true => String::new(),
+            false => format!("WHERE {}", clauses.join(" AND ")),
+        };
+        let limit = binds.int(filter.limit);
+        let rows = binds
+            .fetch(
+                self,
+                format!(
+                    "SELECT c.id, c.site, c.visitor, c.created_at, v.user_id FROM conversations c \
+                     LEFT JOIN visitors v ON v.id = c.visitor {filter_sql} \
+                     ORDER BY c.created_at DESC, c.id DESC LIMIT {limit}"
+                ),
+            )
+            .await?;
+        let mut list = rows
+            .iter()
+            .map(|r| -> Result<_, sqlx::Error> {
+                Ok(ConversationListRow {
+                    id: r.try_get("id")?,
+                    site: r.try_get("site")?,
+                    visitor: r.try_get("visitor")?,
+                    user_id: r.try_get("user_id")?,
+                    created_at: r.try_get("created_at")?,
+                    last: None,
+                    last_key: None,
+                    status: None,
+                    pending: None,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.fill_latest(&mut list).await?;
+        Ok(list)
+    }
+
+    /// The latest message of each role, and the pending card, of each listed
+    /// conversation: two reads for the whole page.
+    async fn fill_latest(&self, list: &mut [ConversationListRow]) -> StoreResult<()> {
+        if list.is_empty() {
+            return Ok(());
+        }
+        let mut binds = Binds::default();
+        let ids: Vec<String> = list.iter().map(|c| binds.text(&c.id)).collect();
+        let ids = ids.join(", ");
+        // An answer that has only just begun streaming has no text to show yet.
+        let assistant = binds.text(Role::Assistant.as_str());
+        let streaming = binds.text(MessageStatus::Streaming.as_str());
+        let latest = binds
+            .fetch(
+                self,
+                format!(
+                    "SELECT id, conversation, role, text, status, created_at FROM (\
+                     SELECT id, conversation, role, text, status, created_at, ROW_NUMBER() OVER \
+                     (PARTITION BY conversation, role ORDER BY created_at DESC, id DESC) AS n \
+                     FROM messages WHERE conversation IN ({ids}) AND (role <> {assistant} OR status <> {streaming} OR text <> '')) latest \
+                     WHERE n = 1"
+                ),
+            )
+            .await?;
+        let mut binds = Binds::default();
+        let ids: Vec<String> = list.iter().map(|c| binds.text(&c.id)).collect();
+        let pending_status = binds.text(CallStatus::Pending.as_str());
+        let pending = binds
+            .fetch(
+                self,
+                format!(
+                    "SELECT id, conversation, tool, label, expires_at FROM calls \
+                     WHERE conversation IN ({}) AND status = {pending_status}",
+                    ids.join(", ")
+                ),
+            )
+            .await?;
+        let mut by_id: HashMap<String, &mut ConversationListRow> =
+            list.iter_mut().map(|c| (c.id.clone(), c)).collect();
+        for row in &latest {
+            let conversation: String = row.try_get("conversation")?;
+            let Some(entry) = by_id.get_mut(&conversation) else {
+                continue;
+            };
+            let role = state(row, "role", Role::parse)?;
+            let key: (Millis, String) = (row.try_get("created_at")?, row.try_get("id")?);
+            if role == Role::Assistant {
+                entry.status = optional_state(row, "status", MessageStatus::parse)?;
+            }
+            if entry.last_key.as_ref().is_none_or(|last| key > *last) {
+                entry.last = Some((role, row.try_get("text")?, key.0));
+                entry.last_key = Some(key);
+            }
+        }
+        for row in &pending {
+            let conversation: String = row.try_get("conversation")?;
+            if let Some(entry) = by_id.get_mut(&conversation) {
+                entry.pending = Some((
+                    row.try_get("id")?,
+                    row.try_get("tool")?,
+                    row.try_get("label")?,
+                    row.try_get("expires_at")?,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A conversation's site, visitor, user id and start.
+    pub async fn conversation_head(
+        &self,
+        id: &str,
+    ) -> StoreResult<Option<(String, String, Option<String>, Millis)>> {
+        let row = sqlx::query(
+            "SELECT c.site, c.visitor, v.user_id, c.created_at FROM conversations c \
+             LEFT JOIN visitors v ON v.id = c.visitor WHERE c.id = $1",
+        )
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row
+            .map(|r| -> Result<_, sqlx::Error> {
+                Ok((
+                    r.try_get("site")?,
+                    r.try_get("visitor")?,
+                    r.try_get("user_id")?,
+                    r.try_get("created_at")?,
+                ))
+            })
+            .transpose()?)
+    }
+
+    /// The tokens each answer of a conversation cost, by message id.
+    pub async fn usage_by_message(
+        &self,
+        conversation: &str,
+    ) -> StoreResult<HashMap<String, (i64, i64)>> {
+        let rows = sqlx::query(
+            "SELECT id, input_tokens, output_tokens FROM messages WHERE conversation = $1 AND role = 'assistant'",
+        )
+        .bind(conversation)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("id")?,
+                    (r.try_get("input_tokens")?, r.try_get("output_tokens")?),
+                ))
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+
+    /// One page of audit rows, newest first.
+    pub async fn audit_filtered(
+        &self,
+        filter: &AuditFilter,
+    ) -> StoreResult<Vec<(String, AuditRow)>> {
+        let mut binds = Binds::default();
+        let mut clauses = Vec::new();
+        let text_filters = [
+            ("site", &filter.site),
+            ("event", &filter.event),
+            ("tool", &filter.tool),
+            ("call", &filter.call),
+        ];
+        for (column, value) in text_filters {
+            if let Some(value) = value {
+                clauses.push(format!("{column} = {}", binds.text(value)));
+            }
+        }
+        if let Some(after) = filter.after {
+            clauses.push(format!("at >= {}", binds.int(after)));
+        }
+        if let Some(before) = filter.before {
+            clauses.push(format!("at < {}", binds.int(before)));
+        }
+        if let Some((at, id)) = &filter.cursor {
+            let (at1, at2, id) = (binds.int(*at), binds.int(*at), binds.text(id));
+            clauses.push(format!("(at < {at1} OR (at = {at2} AND id < {id}))"));
+        }
+        let filter_sql = match clauses.is_empty() {
+            true => String::new(),
+            false => format!("WHERE {}", clauses.join(" AND ")),
+        };
+        let limit = binds.int(filter.limit);
+        let rows = binds
+            .fetch(
+                self,
+                format!(
+                    "SELECT id, {SELECT_COLUMNS} FROM audit {filter_sql} ORDER BY at DESC, id DESC LIMIT {limit}"
+                ),
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, audit_row(r)?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+
+    /// Per UTC day number (days since the epoch) from `since`: visitor
+    /// questions, and the tokens answers cost.
+    pub async fn usage_turns(
+        &self,
+        site: &str,
+        since: Millis,
+    ) -> StoreResult<HashMap<i64, (i64, i64, i64)>> {
+        let rows = sqlx::query(
+            "SELECT m.created_at / 86400000 AS d, \
+             CAST(SUM(CASE WHEN m.role = $3 THEN 1 ELSE 0 END) AS BIGINT) AS turns, \
+             CAST(SUM(m.input_tokens) AS BIGINT) AS input, CAST(SUM(m.output_tokens) AS BIGINT) AS output \
+             FROM conversations c JOIN messages m ON m.conversation = c.id \
+             WHERE c.site = $1 AND m.created_at >= $2 GROUP BY m.created_at / 86400000",
+        )
+        .bind(site)
+        .bind(since)
+        .bind(Role::Visitor.as_str())
+        .fetch_all(self.pool())
+        .await?;
+        let mut days = HashMap::new();
+        for r in &rows {
+            let day: i64 = r.try_get("d")?;
+            days.insert(day, (sum(r, "turns")?, sum(r, "input")?, sum(r, "output")?));
+        }
+        Ok(days)
+    }
+
+    /// Per UTC day number from `since`: audit rows counted by event and policy.
+    pub async fn usage_events(
+        &self,
+        site: &str,
+        since: Millis,
+    ) -> StoreResult<Vec<(i64, String, String, i64)>> {
+        let rows = sqlx::query(
+            "SELECT at / 86400000 AS d, event, policy, COUNT(*) AS n FROM audit \
+             WHERE site = $1 AND at >= $2 GROUP BY at / 86400000, event, policy",
+        )
+        .bind(site)
+        .bind(since)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("d")?,
+                    r.try_get("event")?,
+                    r.try_get("policy")?,
+                    r.try_get("n")?,
+                ))
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+
+    /// What the budget was charged on each day (`YYYY-MM-DD`) from `since_day`.
+    pub async fn budget_spent_since(
+        &self,
+        site: &str,
+        since_day: &str,
+    ) -> StoreResult<HashMap<String, i64>> {
+        let rows = sqlx::query("SELECT day, spent FROM budgets WHERE site = $1 AND day >= $2")
+            .bind(site)
+            .bind(since_day)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("day")?, r.try_get("spent")?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+
+    pub async fn save_knowledge_report(
+        &self,
+        site: &str,
+        at: Millis,
+        report: &str,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO knowledge_reports (site, at, report) VALUES ($1, $2, $3) \
+             ON CONFLICT (site) DO UPDATE SET at = $2, report = $3",
+        )
+        .bind(site)
+        .bind(at)
+        .bind(report)
+        .execute(self.writer())
+        .await?;
+        Ok(())
+    }
+
+    pub async fn knowledge_report(&self, site: &str) -> StoreResult<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT report FROM knowledge_reports WHERE site = $1")
+                .bind(site)
+                .fetch_optional(self.pool())
+                .await?,
+        )
+    }
+}
+
+/// A sum, which is NULL over no rows.
+fn sum(row: &AnyRow, column: &str) -> Result<i64, sqlx::Error> {
+    Ok(row.try_get::<Option<i64>, _>(column)?.unwrap_or(0))
+}
+
+#[derive(Debug, Default)]
+pub struct AuditFilter {
+    pub site: Option<String>,
+    pub event: Option<String>,
+    pub tool: Option<String>,
+    pub call: Option<String>,
+    pub after: Option<Millis>,
+    pub before: Option<Millis>,
+    pub cursor: Option<(Millis, String)>,
+    pub limit: i64,
+}

@@ -1,0 +1,222 @@
+//! Operator accounts, API tokens, server-side sessions and failed sign-ins
+//! (SPEC §15). Passwords arrive here already hashed; tokens and sessions arrive as
+//! hashes of their secret text, which this module never sees.
+
+use sqlx::Row;
+
+use super::error::StoreResult;
+use super::{Store, state};
+use crate::clock::Millis;
+use crate::states::OperatorRole;
+
+#[derive(Debug, Clone)]
+pub struct OperatorRow {
+    pub email: String,
+    pub role: OperatorRole,
+    pub password_hash: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct TokenRow {
+    pub id: String,
+    pub name: String,
+    pub role: OperatorRole,
+    pub created_at: Millis,
+    pub revoked_at: Option<Millis>,
+}
+
+/// A live session: the operator it belongs to and when it was last used.
+#[derive(Debug, Clone)]
+pub struct SessionRow {
+    pub email: String,
+    pub role: OperatorRole,
+    pub last_seen_at: Millis,
+}
+
+impl Store {
+    /// Creates an operator; `false` when the email is already taken.
+    pub async fn add_operator(&self, operator: &OperatorRow, now: Millis) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "INSERT INTO operators (email, role, password_hash, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (email) DO NOTHING",
+        )
+        .bind(&operator.email)
+        .bind(operator.role.as_str())
+        .bind(&operator.password_hash)
+        .bind(now)
+        .execute(self.writer())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn operator(&self, email: &str) -> StoreResult<Option<OperatorRow>> {
+        let row = sqlx::query("SELECT email, role, password_hash FROM operators WHERE email = $1")
+            .bind(email)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(row
+            .map(|r| -> Result<_, sqlx::Error> {
+                Ok(OperatorRow {
+                    email: r.try_get("email")?,
+                    role: state(&r, "role", OperatorRole::parse)?,
+                    password_hash: r.try_get("password_hash")?,
+                })
+            })
+            .transpose()?)
+    }
+
+    pub async fn operator_count(&self) -> StoreResult<i64> {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM operators")
+            .fetch_one(self.pool())
+            .await?;
+        Ok(n)
+    }
+
+    pub async fn add_token(&self, token: &TokenRow, hash: &str) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO operator_tokens (id, name, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&token.id)
+        .bind(&token.name)
+        .bind(token.role.as_str())
+        .bind(hash)
+        .bind(token.created_at)
+        .execute(self.writer())
+        .await?;
+        Ok(())
+    }
+
+    /// The unrevoked token with this hash.
+    pub async fn token_by_hash(&self, hash: &str) -> StoreResult<Option<TokenRow>> {
+        let row = sqlx::query(
+            "SELECT id, name, role, created_at, revoked_at FROM operator_tokens \
+             WHERE hash = $1 AND revoked_at IS NULL",
+        )
+        .bind(hash)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.as_ref().map(token).transpose()?)
+    }
+
+    pub async fn tokens(&self) -> StoreResult<Vec<TokenRow>> {
+        let rows = sqlx::query(
+            "SELECT id, name, role, created_at, revoked_at FROM operator_tokens ORDER BY created_at, id",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.iter().map(token).collect::<Result<_, _>>()?)
+    }
+
+    /// Revokes a token; `false` when there is no such unrevoked token.
+    pub async fn revoke_token(&self, id: &str, now: Millis) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE operator_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(self.writer())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn add_session(&self, id: &str, email: &str, now: Millis) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO operator_sessions (id, email, created_at, last_seen_at) VALUES ($1, $2, $3, $3)",
+        )
+        .bind(id)
+        .bind(email)
+        .bind(now)
+        .execute(self.writer())
+        .await?;
+        Ok(())
+    }
+
+    /// The unrevoked session with this id, with its operator's current role; a
+    /// session whose operator no longer exists is no session.
+    pub async fn session(&self, id: &str) -> StoreResult<Option<SessionRow>> {
+        let row = sqlx::query(
+            "SELECT s.email, o.role, s.last_seen_at FROM operator_sessions s \
+             JOIN operators o ON o.email = s.email WHERE s.id = $1 AND s.revoked_at IS NULL",
+        )
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row
+            .map(|r| -> Result<_, sqlx::Error> {
+                Ok(SessionRow {
+                    email: r.try_get("email")?,
+                    role: state(&r, "role", OperatorRole::parse)?,
+                    last_seen_at: r.try_get("last_seen_at")?,
+                })
+            })
+            .transpose()?)
+    }
+
+    pub async fn touch_session(&self, id: &str, now: Millis) -> StoreResult<()> {
+        sqlx::query("UPDATE operator_sessions SET last_seen_at = $2 WHERE id = $1")
+            .bind(id)
+            .bind(now)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    pub async fn revoke_session(&self, id: &str, now: Millis) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE operator_sessions SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(self.writer())
+        .await?;
+        Ok(())
+    }
+
+    /// Failed sign-ins under `key` since `since`, and the earliest of them.
+    pub async fn login_failures(&self, key: &str, since: Millis) -> StoreResult<(i64, Millis)> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n, MIN(at) AS first FROM operator_login_failures WHERE key = $1 AND at >= $2",
+        )
+        .bind(key)
+        .bind(since)
+        .fetch_one(self.pool())
+        .await?;
+        let n: i64 = row.try_get("n")?;
+        let first: Option<i64> = row.try_get("first")?;
+        Ok((n, first.unwrap_or(since)))
+    }
+
+    /// Records a failed sign-in under each key and forgets failures older than
+    /// `forget_before`, in one transaction.
+    pub async fn record_login_failure(
+        &self,
+        keys: &[&str],
+        now: Millis,
+        forget_before: Millis,
+    ) -> StoreResult<()> {
+        let mut tx = self.writer().begin().await?;
+        sqlx::query("DELETE FROM operator_login_failures WHERE at < $1")
+            .bind(forget_before)
+            .execute(&mut *tx)
+            .await?;
+        for key in keys {
+            sqlx::query("INSERT INTO operator_login_failures (key, at) VALUES ($1, $2)")
+                .bind(*key)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+fn token(r: &sqlx::any::AnyRow) -> Result<TokenRow, sqlx::Error> {
+    Ok(TokenRow {
+        id: r.try_get("id")?,
+        name: r.try_get("name")?,
+        role: state(r, "role", OperatorRole::parse)?,
+        created_at: r.try_get("created_at")?,
+        revoked_at: r.try_get("revoked_at")?,
+    })
+}

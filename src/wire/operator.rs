@@ -1,0 +1,243 @@
+//! The operator API's bodies and answers (SPEC §15, `docs/operator-api.md`).
+
+use serde::{Deserialize, Serialize};
+
+use super::{ArgLine, MessageView, Usage};
+use crate::states::{CallKind, CallStatus, MessageStatus, OperatorRole, Policy, Reason, Role};
+
+// ---- requests -------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoginRequest {
+    pub email: String,
+    pub password: String,
+}
+
+/// A change of a tool: the fields given replace the current ones; `reset`
+/// returns the tool to the file's values and must come alone.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolChange {
+    pub label: Option<String>,
+    pub description: Option<String>,
+    pub policy: Option<Policy>,
+    #[serde(default)]
+    pub reset: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreviewRequest {
+    pub arguments: serde_json::Value,
+}
+
+// ---- answers --------------------------------------------------------------------
+
+#[derive(Debug, Serialize)]
+pub struct OperatorView {
+    pub email: String,
+    pub role: OperatorRole,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SessionView {
+    pub operator: OperatorView,
+    pub csrf: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Items<T> {
+    pub items: Vec<T>,
+}
+
+/// One page of a list, newest first; `next_cursor` fetches the next.
+#[derive(Debug, Serialize)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SiteView {
+    pub id: String,
+    pub name: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ConversationSummary {
+    pub id: String,
+    pub site: String,
+    pub visitor: String,
+    pub user_id: Option<String>,
+    pub started_at: String,
+    pub last_message: Option<LastMessage>,
+    pub status: Option<MessageStatus>,
+    pub pending_card: Option<PendingCard>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LastMessage {
+    pub role: Role,
+    pub text: String,
+    pub at: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PendingCard {
+    pub call: String,
+    pub tool: String,
+    pub label: String,
+    pub expires_at: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ConversationDetail {
+    pub id: String,
+    pub site: String,
+    pub visitor: String,
+    pub user_id: Option<String>,
+    pub started_at: String,
+    pub messages: Vec<OperatorMessage>,
+    pub calls: Vec<CallView>,
+    pub usage: Usage,
+}
+
+/// A §11 message as the widget shows it, with what its answer cost.
+#[derive(Debug, Serialize)]
+pub struct OperatorMessage {
+    #[serde(flatten)]
+    pub message: MessageView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CallView {
+    pub call: String,
+    pub tool: String,
+    pub label: String,
+    pub policy: Policy,
+    pub kind: CallKind,
+    pub status: CallStatus,
+    pub reason: Option<Reason>,
+    pub arguments: serde_json::Value,
+    pub created_at: String,
+    pub decided_at: Option<String>,
+    pub audit: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ToolView {
+    pub site: String,
+    pub name: String,
+    pub label: String,
+    pub description: String,
+    pub policy: Policy,
+    pub source: &'static str,
+    pub url: String,
+    pub timeout_s: f64,
+    pub input_schema: serde_json::Value,
+    pub changed: bool,
+    pub changed_by: Option<String>,
+    pub changed_at: Option<String>,
+    pub file: ToolFileView,
+}
+
+/// What the file says, for "Reset to file".
+#[derive(Debug, Serialize)]
+pub struct ToolFileView {
+    pub label: String,
+    pub description: String,
+    pub policy: Policy,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CardPreview {
+    pub title: String,
+    pub lines: Vec<ArgLine>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct UsageView {
+    pub sites: Vec<SiteUsage>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SiteUsage {
+    pub site: String,
+    pub daily_token_budget: u64,
+    pub days: Vec<DayUsage>,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct DayUsage {
+    pub day: String,
+    pub turns: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    /// What the budget was charged that day (reservations settled).
+    pub spent: i64,
+    pub confirmed: i64,
+    pub cancelled: i64,
+    pub expired: i64,
+    pub auto_calls: i64,
+    pub failures: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct KnowledgeView {
+    pub site: String,
+    pub sources: Vec<String>,
+    pub indexed: bool,
+    pub last_report: Option<ReportView>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReportView {
+    pub at: String,
+    pub added: usize,
+    pub updated: usize,
+    pub unchanged: usize,
+    pub removed: usize,
+    pub chunks: usize,
+    pub skipped: Vec<SkippedView>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SkippedView {
+    pub source: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PassageView {
+    pub n: usize,
+    pub title: String,
+    pub url: Option<String>,
+    pub text: String,
+    pub score: f32,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SearchView {
+    pub passages: Vec<PassageView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TokenView {
+    pub id: String,
+    pub name: String,
+    pub role: OperatorRole,
+    pub created_at: String,
+    pub revoked_at: Option<String>,
+}
+
+/// One change the console's live list hears about.
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveChange {
+    pub id: String,
+    pub site: String,
+    /// `started`, `card_raised`, `card_answered` or `turn_ended`.
+    pub change: &'static str,
+}
