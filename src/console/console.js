@@ -232,6 +232,8 @@ async function signedIn(session, moveFocus) {
   try { state.sites = (await api('GET', '/sites')).items; } catch { state.sites = []; }
   if (!state.operator) return; // The session ended while the sites loaded.
   openEvents();
+  // A hash that is not a page (an old #main) would leave the view empty: start on the list.
+  if (!location.hash.startsWith('#/')) history.replaceState(null, '', '#/conversations');
   route(moveFocus);
 }
 
@@ -731,7 +733,7 @@ function toolArticle(t, message) {
   el.append(h('p', { class: 'changed muted small' }, t.changed
     ? ['Changed in console by ', t.changed_by || 'an operator', ' at ', timeEl(t.changed_at), '.']
     : ['As in the config file.']));
-  const facts = [row('Source', t.source), row('Executor URL', h('code', { text: t.url })), row('Timeout', `${t.timeout_s} s`)];
+  const facts = [row('Source', t.source), h('div', { class: 'span-all' }, [h('dt', { text: 'Executor URL' }), h('dd', {}, [h('code', { text: t.url })])]), row('Timeout', `${t.timeout_s} s`)];
   if (!isAdmin()) {
     facts.unshift(row('Shown to visitors', t.label), row('Description', t.description || '—'), row('Policy', POLICY[t.policy] || t.policy));
   }

@@ -79,6 +79,9 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     if wants("knowledge") {
         crate::knowledge::figures(quick).await?;
     }
+    if wants("console") {
+        crate::console::figures(quick).await?;
+    }
     if wants("streams") {
         crate::load::open_streams(&sizes).await?;
     }
