@@ -64,6 +64,7 @@ ALTER TABLE audit ADD COLUMN operator TEXT;
 -- The console's lists page newest first, by keyset, optionally within one site.
 CREATE INDEX conversations_newest ON conversations (created_at, id);
 CREATE INDEX conversations_by_site ON conversations (site, created_at, id);
+CREATE INDEX conversations_by_visitor ON conversations (visitor, created_at, id);
 CREATE INDEX audit_by_site ON audit (site, at, id);
 CREATE INDEX audit_by_event ON audit (event, at, id);
 CREATE INDEX audit_by_tool ON audit (tool, at, id);

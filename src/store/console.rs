@@ -125,12 +125,20 @@ impl Store {
             ));
         }
         if let Some(q) = filter.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
-            let (a, b, c) = (binds.text(q), binds.text(q), binds.text(q));
-            clauses.push(format!(
-                "(c.id = {a} OR c.visitor = {b} OR v.user_id = {c} OR EXISTS (SELECT 1 FROM messages m \
-                 WHERE m.conversation = c.id AND LOWER(m.text) LIKE {} ESCAPE '\\'))",
-                binds.text(like_pattern(q))
-            ));
+            // An id finds its conversations through an index; anything else is a
+            // user id or words of the messages, which a scan reads newest first
+            // until the page is full.
+            if crate::ids::is_valid("c", q) {
+                clauses.push(format!("c.id = {}", binds.text(q)));
+            } else if crate::ids::is_valid("v", q) {
+                clauses.push(format!("c.visitor = {}", binds.text(q)));
+            } else {
+                let (user, pattern) = (binds.text(q), binds.text(like_pattern(q)));
+                clauses.push(format!(
+                    "(v.user_id = {user} OR EXISTS (SELECT 1 FROM messages m \
+                     WHERE m.conversation = c.id AND LOWER(m.text) LIKE {pattern} ESCAPE '\\'))"
+                ));
+            }
         }
         let filter_sql = match clauses.is_empty() {
             true => String::new(),

@@ -69,6 +69,7 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
         ("conversations whose answer failed", "/v1/operator/conversations?status=failed".into()),
         ("conversations answered", "/v1/operator/conversations?status=answered".into()),
         ("conversations, text search (common word)", "/v1/operator/conversations?q=order".into()),
+        ("conversations, text search (word in no message: reads them all)", "/v1/operator/conversations?q=kettle".into()),
         ("conversations, search by visitor id", format!("/v1/operator/conversations?q=v_{:032x}", 7)),
         ("audit, newest 50", "/v1/operator/audit".into()),
         ("audit, event = confirmed", "/v1/operator/audit?event=confirmed".into()),
