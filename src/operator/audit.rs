@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::auth::Operator;
-use super::{Params, cursor, known_site, page_limit, parse_cursor, parse_time};
+use super::{Params, cursor, known_site, page, page_limit, parse_cursor, parse_time};
 use crate::app::App;
 use crate::audit::{CSV_HEADER, EXPORT_PAGE, ExportRow, Format, write_row};
 use crate::error::ApiError;
@@ -57,14 +57,8 @@ pub async fn list(
         cursor: query.cursor.as_deref().map(parse_cursor).transpose()?,
         limit: limit + 1,
     };
-    let mut rows = app.store.audit_filtered(&filter).await?;
-    let next_cursor = match rows.len() as i64 > limit {
-        true => {
-            rows.truncate(limit as usize);
-            rows.last().map(|(id, r)| cursor(r.at, id))
-        }
-        false => None,
-    };
+    let rows = app.store.audit_filtered(&filter).await?;
+    let (rows, next_cursor) = page(rows, limit, |(id, r)| cursor(r.at, id));
     let items = rows
         .iter()
         .map(|(_, row)| serde_json::to_value(ExportRow::from(row)))

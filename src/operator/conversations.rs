@@ -12,7 +12,7 @@ use futures_util::Stream;
 use serde::Deserialize;
 
 use super::auth::Operator;
-use super::{Params, cursor, known_site, page_limit, parse_cursor};
+use super::{Params, cursor, known_site, page, page_limit, parse_cursor};
 use crate::app::App;
 use crate::audit::ExportRow;
 use crate::clock::rfc3339;
@@ -57,14 +57,8 @@ pub async fn list(
         before: query.cursor.as_deref().map(parse_cursor).transpose()?,
         limit: limit + 1,
     };
-    let mut rows = app.store.list_conversations(&filter).await?;
-    let next_cursor = match rows.len() as i64 > limit {
-        true => {
-            rows.truncate(limit as usize);
-            rows.last().map(|r| cursor(r.created_at, &r.id))
-        }
-        false => None,
-    };
+    let rows = app.store.list_conversations(&filter).await?;
+    let (rows, next_cursor) = page(rows, limit, |r| cursor(r.created_at, &r.id));
     Ok(Json(Page {
         items: rows.into_iter().map(summary).collect(),
         next_cursor,

@@ -127,6 +127,37 @@ pub fn parse_time(field: &str, text: &str) -> Result<Millis, ApiError> {
         .map_err(|_| ApiError::InvalidRequest(format!("{field}: must be an RFC 3339 time")))
 }
 
+/// One page of `rows` fetched with one row more than `limit`: the extra row says
+/// a next page exists, and the last row kept names where it starts.
+pub fn page<T>(
+    mut rows: Vec<T>,
+    limit: i64,
+    key: impl Fn(&T) -> String,
+) -> (Vec<T>, Option<String>) {
+    if rows.len() as i64 <= limit {
+        return (rows, None);
+    }
+    rows.truncate(limit as usize);
+    let next = rows.last().map(key);
+    (rows, next)
+}
+
+/// The sites a query names: the one given (which must exist), else every site.
+pub fn chosen_sites(
+    app: &App,
+    site: Option<&str>,
+) -> Result<Vec<std::sync::Arc<crate::app::Site>>, ApiError> {
+    match site {
+        Some(id) => Ok(vec![std::sync::Arc::clone(known_site(app, id)?)]),
+        None => Ok(app
+            .config
+            .sites
+            .iter()
+            .filter_map(|s| app.site(&s.id).cloned())
+            .collect()),
+    }
+}
+
 /// The site named in a path or query, which must exist.
 pub fn known_site<'a>(
     app: &'a App,

@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use serde::Deserialize;
 
 use super::auth::Operator;
-use super::{Params, known_site};
+use super::{Params, chosen_sites, known_site};
 use crate::app::{App, Site};
 use crate::clock::rfc3339;
 use crate::error::{ApiError, JsonBody};
@@ -35,15 +35,7 @@ pub async fn list(
     _: Operator,
     Params(query): Params<ListQuery>,
 ) -> Result<Json<Items<ToolView>>, ApiError> {
-    let sites: Vec<Arc<Site>> = match &query.site {
-        Some(id) => vec![Arc::clone(known_site(&app, id)?)],
-        None => app
-            .config
-            .sites
-            .iter()
-            .filter_map(|s| app.site(&s.id).cloned())
-            .collect(),
-    };
+    let sites = chosen_sites(&app, query.site.as_deref())?;
     let mut items = Vec::new();
     for site in sites {
         for name in site.tools.file().iter().map(|t| t.name.clone()) {

@@ -2,14 +2,12 @@
 //! confirmations by outcome, auto calls and failures — every day of the range,
 //! empty ones included, so a chart's days line up.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::extract::State;
 use serde::Deserialize;
 
 use super::auth::Operator;
-use super::{Params, known_site};
+use super::{Params, chosen_sites};
 use crate::app::{App, Site};
 use crate::budget::utc_day;
 use crate::error::ApiError;
@@ -38,15 +36,7 @@ pub async fn show(
             ));
         }
     };
-    let sites: Vec<Arc<Site>> = match &query.site {
-        Some(id) => vec![Arc::clone(known_site(&app, id)?)],
-        None => app
-            .config
-            .sites
-            .iter()
-            .filter_map(|s| app.site(&s.id).cloned())
-            .collect(),
-    };
+    let sites = chosen_sites(&app, query.site.as_deref())?;
     let today = app.clock.now_ms().div_euclid(DAY_MS);
     let first = today - days + 1;
     let mut out = Vec::new();

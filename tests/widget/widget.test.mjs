@@ -3,79 +3,30 @@
 // main states go to target/widget-screenshots/.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
-import { mkdirSync, readFileSync } from 'node:fs';
 import { gzipSync } from 'node:zlib';
 import { createHmac } from 'node:crypto';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { createRequire } from 'node:module';
-import { chromium } from 'playwright-core';
+import { join } from 'node:path';
+import {
+  axeSource, launchBrowser, openWidget as openWidgetIn, screenshotDir, script, send, startServer,
+  stopServers, toolCalls, assistant,
+} from './support.mjs';
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const shots = join(root, 'target', 'widget-screenshots');
-mkdirSync(shots, { recursive: true });
-const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-const serverBinary = process.env.DESKBELL_E2E_SERVER || join(root, 'target', 'debug', 'examples', 'e2e_server');
-
-const children = [];
+const shots = screenshotDir('widget-screenshots');
 let browser;
 let server;
 
-async function startServer(env = {}) {
-  const child = spawn(serverBinary, [], { env: { ...process.env, DESKBELL_LOG: 'warn', ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
-  children.push(child);
-  const line = await new Promise((resolve, reject) => {
-    const rl = createInterface({ input: child.stdout });
-    rl.once('line', resolve);
-    child.once('exit', (code) => reject(new Error(`e2e server exited with ${code}`)));
-  });
-  return JSON.parse(line);
-}
-
 before(async () => {
   server = await startServer();
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
-  });
+  browser = await launchBrowser();
 });
 
 after(async () => {
   await browser?.close();
-  for (const child of children) child.kill();
+  stopServers();
 });
 
-async function script(srv, reply) {
-  const r = await fetch(`${srv.page}/__script`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(reply) });
-  assert.equal(r.status, 200);
-}
-
-async function toolCalls(srv) {
-  return (await fetch(`${srv.page}/__calls`)).json();
-}
-
 /** A fresh browser context (empty local storage) on the host page, widget open. */
-async function openWidget(srv = server, query = '') {
-  const context = await browser.newContext({ viewport: { width: 1100, height: 800 } });
-  const page = await context.newPage();
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(e));
-  await page.goto(`${srv.page}/${query}`);
-  await page.locator('deskbell-widget button.launcher').click();
-  await page.locator('deskbell-widget textarea').waitFor();
-  page.errors = errors;
-  return page;
-}
-
-async function send(page, text) {
-  const box = page.locator('deskbell-widget textarea');
-  await box.fill(text);
-  await box.press('Enter');
-}
-
-const assistant = (page) => page.locator('deskbell-widget .msg.assistant:not(.greeting):not(.typing)');
+const openWidget = (srv = server, query = '') => openWidgetIn(browser, srv, query);
 
 test('a question streams into an answer rendered as Markdown', async () => {
   const page = await openWidget();

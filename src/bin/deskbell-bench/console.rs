@@ -30,7 +30,11 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
         .json(&json!({"email": "bench@example.test", "password": PASSWORD}))
         .send()
         .await?;
-    anyhow::ensure!(login.status().is_success(), "sign-in failed: {}", login.status());
+    anyhow::ensure!(
+        login.status().is_success(),
+        "sign-in failed: {}",
+        login.status()
+    );
     let cookie = login
         .headers()
         .get("set-cookie")
@@ -56,26 +60,68 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
     let (_, deep) = get("/v1/operator/conversations?limit=100".into()).await?;
     let mut cursor = deep["next_cursor"].as_str().unwrap_or_default().to_string();
     for _ in 0..9 {
-        let (_, page) = get(format!("/v1/operator/conversations?limit=100&cursor={cursor}")).await?;
+        let (_, page) = get(format!(
+            "/v1/operator/conversations?limit=100&cursor={cursor}"
+        ))
+        .await?;
         cursor = page["next_cursor"].as_str().unwrap_or_default().to_string();
     }
     let (_, audit) = get("/v1/operator/audit?limit=100".into()).await?;
-    let call = audit["items"][50]["call"].as_str().unwrap_or_default().to_string();
+    let call = audit["items"][50]["call"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let queries = [
-        ("conversations, newest 50", "/v1/operator/conversations".to_string()),
-        ("conversations of a site", "/v1/operator/conversations?site=bench".into()),
-        ("conversations, 11th page of 100", format!("/v1/operator/conversations?limit=100&cursor={cursor}")),
-        ("conversations with a pending card", "/v1/operator/conversations?pending=true".into()),
-        ("conversations whose answer failed", "/v1/operator/conversations?status=failed".into()),
-        ("conversations answered", "/v1/operator/conversations?status=answered".into()),
-        ("conversations, text search (common word)", "/v1/operator/conversations?q=order".into()),
-        ("conversations, text search (word in no message: reads them all)", "/v1/operator/conversations?q=kettle".into()),
-        ("conversations, search by visitor id", format!("/v1/operator/conversations?q=v_{:032x}", 7)),
+        (
+            "conversations, newest 50",
+            "/v1/operator/conversations".to_string(),
+        ),
+        (
+            "conversations of a site",
+            "/v1/operator/conversations?site=bench".into(),
+        ),
+        (
+            "conversations, 11th page of 100",
+            format!("/v1/operator/conversations?limit=100&cursor={cursor}"),
+        ),
+        (
+            "conversations with a pending card",
+            "/v1/operator/conversations?pending=true".into(),
+        ),
+        (
+            "conversations whose answer failed",
+            "/v1/operator/conversations?status=failed".into(),
+        ),
+        (
+            "conversations answered",
+            "/v1/operator/conversations?status=answered".into(),
+        ),
+        (
+            "conversations, text search (common word)",
+            "/v1/operator/conversations?q=order".into(),
+        ),
+        (
+            "conversations, text search (word in no message: reads them all)",
+            "/v1/operator/conversations?q=kettle".into(),
+        ),
+        (
+            "conversations, search by visitor id",
+            format!("/v1/operator/conversations?q=v_{:032x}", 7),
+        ),
         ("audit, newest 50", "/v1/operator/audit".into()),
-        ("audit, event = confirmed", "/v1/operator/audit?event=confirmed".into()),
-        ("audit, tool = refund", "/v1/operator/audit?tool=refund".into()),
+        (
+            "audit, event = confirmed",
+            "/v1/operator/audit?event=confirmed".into(),
+        ),
+        (
+            "audit, tool = refund",
+            "/v1/operator/audit?tool=refund".into(),
+        ),
         ("audit, one call", format!("/v1/operator/audit?call={call}")),
-        ("audit, site and after a time", "/v1/operator/audit?site=bench&after=2026-01-01T00:00:00Z".into()),
+        (
+            "audit, site and after a time",
+            "/v1/operator/audit?site=bench&after=2026-01-01T00:00:00Z".into(),
+        ),
     ];
     for (name, path) in queries {
         let mut times = Samples::default();
@@ -119,7 +165,12 @@ async fn seed(db: &std::path::Path, conversations: i64, audit_rows: i64) -> anyh
         .connect(&format!("{url}?mode=rwc"))
         .await?;
     let now = chrono_now();
-    let numbers = |n: i64| format!("WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {}) ", n - 1);
+    let numbers = |n: i64| {
+        format!(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {}) ",
+            n - 1
+        )
+    };
     let statements = [
         format!(
             "{}INSERT INTO visitors (id, site, user_id, created_at) SELECT printf('v_%032x', i), 'bench', NULL, {now} - ({conversations} - i) * 1000 FROM n",
@@ -160,7 +211,9 @@ async fn seed(db: &std::path::Path, conversations: i64, audit_rows: i64) -> anyh
     ];
     let mut tx = pool.begin().await?;
     for statement in statements {
-        sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut *tx).await?;
+        sqlx::query(sqlx::AssertSqlSafe(statement))
+            .execute(&mut *tx)
+            .await?;
     }
     tx.commit().await?;
     sqlx::query("ANALYZE").execute(&pool).await?;
