@@ -4,18 +4,38 @@
 //! files: conversation text and tool descriptions it shows are untrusted.
 
 use axum::Router;
+use axum::extract::Path;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tower_http::compression::CompressionLayer;
 
 use crate::app::App;
+use crate::error::ApiError;
 
 const PAGE: &str = include_str!("index.html");
-const SCRIPT: &str = include_str!("console.js");
 const STYLE: &str = include_str!("console.css");
 const CHART_SCRIPT: &str = include_str!("vendor/uPlot.iife.min.js");
 const CHART_STYLE: &str = include_str!("vendor/uPlot.min.css");
+
+/// The page's script: native modules, one concern each (`js/main.js` first).
+const MODULES: &[(&str, &str)] = &[
+    ("api.js", include_str!("js/api.js")),
+    ("audit.js", include_str!("js/audit.js")),
+    ("conversation.js", include_str!("js/conversation.js")),
+    ("conversations.js", include_str!("js/conversations.js")),
+    ("dom.js", include_str!("js/dom.js")),
+    ("knowledge.js", include_str!("js/knowledge.js")),
+    ("labels.js", include_str!("js/labels.js")),
+    ("live.js", include_str!("js/live.js")),
+    ("main.js", include_str!("js/main.js")),
+    ("markdown.js", include_str!("js/markdown.js")),
+    ("messages.js", include_str!("js/messages.js")),
+    ("paged.js", include_str!("js/paged.js")),
+    ("state.js", include_str!("js/state.js")),
+    ("tools.js", include_str!("js/tools.js")),
+    ("usage.js", include_str!("js/usage.js")),
+];
 
 /// uPlot positions its parts with inline styles (set through the DOM, which
 /// `style-src` allows only with 'unsafe-inline'); scripts stay strictly 'self'.
@@ -24,18 +44,9 @@ const POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'u
 
 pub fn router() -> Router<App> {
     Router::new()
-        .route(
-            "/console",
-            get(|| async { file(PAGE, "text/html; charset=utf-8") }),
-        )
-        .route(
-            "/console/",
-            get(|| async { file(PAGE, "text/html; charset=utf-8") }),
-        )
-        .route(
-            "/console/console.js",
-            get(|| async { file(SCRIPT, "text/javascript; charset=utf-8") }),
-        )
+        .route("/console", get(|| async { file(PAGE, "text/html; charset=utf-8") }))
+        .route("/console/", get(|| async { file(PAGE, "text/html; charset=utf-8") }))
+        .route("/console/js/{name}", get(module))
         .route(
             "/console/console.css",
             get(|| async { file(STYLE, "text/css; charset=utf-8") }),
@@ -49,6 +60,13 @@ pub fn router() -> Router<App> {
             get(|| async { file(CHART_STYLE, "text/css; charset=utf-8") }),
         )
         .layer(CompressionLayer::new())
+}
+
+async fn module(Path(name): Path<String>) -> Response {
+    match MODULES.iter().find(|(n, _)| *n == name) {
+        Some((_, body)) => file(body, "text/javascript; charset=utf-8"),
+        None => ApiError::NotFound.into_response(),
+    }
 }
 
 fn file(body: &'static str, content_type: &'static str) -> Response {
