@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, SiteConfig};
 use crate::guard::counters::{Counters, LocalCounters};
+use crate::guard::redis::RedisCounters;
 use crate::knowledge::Knowledge;
 use crate::llm::{OpenAiProvider, Provider};
 use crate::secret::Keys;
@@ -41,8 +42,10 @@ pub struct AppState {
     pub knowledge: Knowledge,
     /// Turns run as tasks that outlive their request; shutdown waits for them.
     pub turns: TaskTracker,
-    /// Rate-limit buckets and stream slots.
+    /// Rate-limit buckets and stream slots: in Redis with `redis_url`, else here.
     pub counters: Arc<dyn Counters>,
+    /// This process's own counters, for reads while Redis cannot be reached.
+    pub fallback_counters: LocalCounters,
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Changes the operator console shows live.
     pub live: crate::live::Live,
@@ -130,6 +133,15 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         .filter_map(|p| p.parse().ok())
         .collect();
     let knowledge = Knowledge::open(&config).await?;
+    let counters: Arc<dyn Counters> = match (overrides.counters, &config.server.redis_url) {
+        (Some(counters), _) => counters,
+        (None, Some(url)) => Arc::new(RedisCounters::connect(
+            url,
+            &store.installation().await?,
+            Duration::from_secs_f64(config.server.lease_s),
+        )?),
+        (None, None) => Arc::new(LocalCounters::default()),
+    };
     let loopback = config
         .server
         .bind
@@ -158,9 +170,8 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         executor: Executor::new()?,
         knowledge,
         turns: TaskTracker::new(),
-        counters: overrides
-            .counters
-            .unwrap_or_else(|| Arc::new(LocalCounters::default())),
+        counters,
+        fallback_counters: LocalCounters::default(),
         trusted_proxies,
         live: Default::default(),
         loopback,

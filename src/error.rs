@@ -40,6 +40,8 @@ pub enum ApiError {
     DailyBudgetExhausted(u64),
     #[error("the assistant's model could not be reached")]
     ProviderUnavailable,
+    #[error("the service is briefly unavailable; try again in {0} seconds")]
+    ServiceUnavailable(u64),
     #[error("no such endpoint")]
     NotFound,
     #[error("sign in as an operator first")]
@@ -74,7 +76,7 @@ impl ApiError {
             RateLimited(_) | TooManyStreams(_) | DailyBudgetExhausted(_) => {
                 StatusCode::TOO_MANY_REQUESTS
             }
-            ProviderUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ProviderUnavailable | ServiceUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -97,6 +99,7 @@ impl ApiError {
             TooManyStreams(_) => "too_many_streams",
             DailyBudgetExhausted(_) => "daily_budget_exhausted",
             ProviderUnavailable => "provider_unavailable",
+            ServiceUnavailable(_) => "service_unavailable",
             NotFound | Missing(_) => "not_found",
             OperatorUnauthenticated => "operator_unauthenticated",
             LoginFailed => "login_failed",
@@ -110,7 +113,8 @@ impl ApiError {
         match self {
             ApiError::RateLimited(s)
             | ApiError::TooManyStreams(s)
-            | ApiError::DailyBudgetExhausted(s) => Some((*s).max(1)),
+            | ApiError::DailyBudgetExhausted(s)
+            | ApiError::ServiceUnavailable(s) => Some((*s).max(1)),
             _ => None,
         }
     }

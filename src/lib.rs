@@ -17,6 +17,9 @@ mod crashpoint;
 pub mod demo;
 mod error;
 mod guard;
+/// The guards' counters, for tests and benchmarks that play a replica.
+pub use guard::counters::{Counters, Refusal};
+pub use guard::redis::RedisCounters;
 pub mod ids;
 pub mod knowledge;
 mod live;

@@ -69,3 +69,9 @@ CREATE INDEX audit_by_site ON audit (site, at, id);
 CREATE INDEX audit_by_event ON audit (event, at, id);
 CREATE INDEX audit_by_tool ON audit (tool, at, id);
 CREATE INDEX messages_by_status ON messages (status, conversation);
+
+-- The installation's id: replicas sharing this database share counters in Redis
+-- under it (SPEC §16), and another installation on the same Redis never does.
+CREATE TABLE installation (
+    id  TEXT PRIMARY KEY
+);

@@ -43,7 +43,7 @@ async fn ask(
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
-    let caller = guard::admit(&app, &headers, peer)?;
+    let caller = guard::admit(&app, &headers, peer, guard::Door::Ask).await?;
     let body: AskBody =
         serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     let request = AskRequest::from_body(body).map_err(ApiError::InvalidRequest)?;

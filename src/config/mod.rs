@@ -89,6 +89,9 @@ pub struct ServerConfig {
     pub max_connections_per_ip: usize,
     /// Seconds a connection may sit with no request in flight before it is closed.
     pub idle_timeout_s: f64,
+    /// Redis for the guards' counters shared by replicas (SPEC §16); without it
+    /// they are per process.
+    pub redis_url: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -105,6 +108,7 @@ impl Default for ServerConfig {
             max_connections: 25_000,
             max_connections_per_ip: 256,
             idle_timeout_s: 60.0,
+            redis_url: None,
         }
     }
 }

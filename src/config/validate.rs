@@ -71,6 +71,17 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
             add(&mut out, key.into(), "must be at least 1");
         }
     }
+    if let Some(url) = &config.server.redis_url
+        && !(url.starts_with("redis://")
+            || url.starts_with("rediss://")
+            || url.starts_with("unix://"))
+    {
+        add(
+            &mut out,
+            "server.redis_url".into(),
+            "must be a redis://, rediss:// or unix:// URL",
+        );
+    }
     if !(3.0..=3600.0).contains(&config.server.lease_s) {
         add(
             &mut out,

@@ -44,8 +44,14 @@ const POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'u
 
 pub fn router() -> Router<App> {
     Router::new()
-        .route("/console", get(|| async { file(PAGE, "text/html; charset=utf-8") }))
-        .route("/console/", get(|| async { file(PAGE, "text/html; charset=utf-8") }))
+        .route(
+            "/console",
+            get(|| async { file(PAGE, "text/html; charset=utf-8") }),
+        )
+        .route(
+            "/console/",
+            get(|| async { file(PAGE, "text/html; charset=utf-8") }),
+        )
         .route("/console/js/{name}", get(module))
         .route(
             "/console/console.css",

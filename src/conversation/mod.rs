@@ -29,7 +29,7 @@ async fn show(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<ConversationView>, ApiError> {
-    let caller = guard::admit(&app, &headers, peer)?;
+    let caller = guard::admit(&app, &headers, peer, guard::Door::Read).await?;
     // Another visitor's conversation looks exactly like a missing one.
     let id = match ConversationId::parse(&id) {
         Some(id) if guard::owns(&app, &caller, &id).await? => id.as_str().to_string(),

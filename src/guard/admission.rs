@@ -64,7 +64,12 @@ pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiErro
         ),
         (format!("s|{site}"), limits.concurrent_streams),
     ];
-    let Some(slot) = app.counters.acquire(&keys) else {
+    let slot = app
+        .counters
+        .acquire(&keys)
+        .await
+        .map_err(|r| super::refused(super::refusal_error(r, ApiError::TooManyStreams)))?;
+    let Some(slot) = slot else {
         return Err(super::refused(ApiError::TooManyStreams(
             STREAMS_RETRY_AFTER_S,
         )));

@@ -7,9 +7,11 @@ mod admission;
 pub mod counters;
 mod peer;
 pub mod rate;
+pub mod redis;
 pub mod streams;
 
 pub use admission::{Admission, admit_turn};
+use counters::Refusal;
 pub use peer::{Peer, client_ip, limit_key};
 
 use std::net::IpAddr;
@@ -31,8 +33,22 @@ pub struct Caller {
     pub user_id: Option<String>,
 }
 
+/// Which visitor call the guards are for. Asks need the shared counters; when
+/// they cannot be reached, reading history and minting a visitor fall back to
+/// this process's own (SPEC §16: history keeps working without Redis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    Ask,
+    Read,
+}
+
 /// Runs the guards for a visitor call and returns who is calling.
-pub fn admit(app: &App, headers: &HeaderMap, peer: Peer) -> Result<Caller, ApiError> {
+pub async fn admit(
+    app: &App,
+    headers: &HeaderMap,
+    peer: Peer,
+    door: Door,
+) -> Result<Caller, ApiError> {
     // The origin comes first: it decides which sites the request may speak for.
     let origins = request_origins(headers)?;
     let listed = |site: &Site| site.config.origins.iter().any(|o| origins.contains(o));
@@ -57,14 +73,9 @@ pub fn admit(app: &App, headers: &HeaderMap, peer: Peer) -> Result<Caller, ApiEr
     let site_id = &site.config.id;
     // The client address first: a request it refuses creates no visitor bucket,
     // so minting tokens cannot grow the per-visitor map.
-    take_per_ip(app, &site, ip, now)?;
-    app.counters
-        .take(
-            &format!("v|{site_id}|{}", claims.visitor),
-            limits.requests_per_minute,
-            now,
-        )
-        .map_err(|wait| refused(ApiError::RateLimited(wait)))?;
+    take_per_ip(app, &site, ip, now, door).await?;
+    let key = format!("v|{site_id}|{}", claims.visitor);
+    take(app, &key, limits.requests_per_minute, now, door).await?;
     Ok(Caller {
         site,
         visitor: claims.visitor,
@@ -74,15 +85,53 @@ pub fn admit(app: &App, headers: &HeaderMap, peer: Peer) -> Result<Caller, ApiEr
 
 /// One request from `ip` against its site's per-address limit (SPEC §4, §5): for
 /// asks and history, and for minting visitor tokens.
-pub fn take_per_ip(app: &App, site: &Site, ip: IpAddr, now: Millis) -> Result<(), ApiError> {
-    app.counters
-        .take(
-            &format!("ip|{}|{}", site.config.id, peer::limit_key(ip)),
-            site.config.limits.requests_per_minute_per_ip,
-            now,
-        )
-        .map_err(|wait| refused(ApiError::RateLimited(wait)))
+pub async fn take_per_ip(
+    app: &App,
+    site: &Site,
+    ip: IpAddr,
+    now: Millis,
+    door: Door,
+) -> Result<(), ApiError> {
+    let key = format!("ip|{}|{}", site.config.id, peer::limit_key(ip));
+    take(
+        app,
+        &key,
+        site.config.limits.requests_per_minute_per_ip,
+        now,
+        door,
+    )
+    .await
 }
+
+/// One request from a bucket of the shared counters; see `Door` for what
+/// happens when they cannot be reached.
+async fn take(
+    app: &App,
+    key: &str,
+    per_minute: u32,
+    now: Millis,
+    door: Door,
+) -> Result<(), ApiError> {
+    let taken = match app.counters.take(key, per_minute, now).await {
+        Err(Refusal::Unavailable) if door == Door::Read => {
+            app.fallback_counters.take_now(key, per_minute, now)
+        }
+        other => other,
+    };
+    taken.map_err(|refusal| refused(refusal_error(refusal, ApiError::RateLimited)))
+}
+
+/// The error for a counter's refusal: `over` for a limit, 503 when the shared
+/// counters cannot be reached.
+pub(super) fn refusal_error(refusal: Refusal, over: fn(u64) -> ApiError) -> ApiError {
+    match refusal {
+        Refusal::Wait(seconds) => over(seconds),
+        Refusal::Unavailable => ApiError::ServiceUnavailable(COUNTERS_RETRY_AFTER_S),
+    }
+}
+
+/// Seconds a client is asked to wait when the shared counters are unreachable.
+const COUNTERS_RETRY_AFTER_S: u64 = 5;
 
 /// The `Origin` must be listed for the site, exactly (scheme, host and port).
 pub fn check_origin(site: &Site, headers: &HeaderMap) -> Result<(), ApiError> {

@@ -13,6 +13,7 @@ mod console;
 mod conversations;
 mod error;
 mod group;
+mod installation;
 mod leases;
 mod migrate;
 mod operators;

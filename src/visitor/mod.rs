@@ -29,7 +29,7 @@ async fn create(
     // Each new visitor is an insert and a fresh per-visitor bucket: minting is
     // limited per client address like asking, so it is no way around either.
     let ip = guard::client_ip(peer, &headers, &app.trusted_proxies);
-    guard::take_per_ip(&app, &site, ip, now)?;
+    guard::take_per_ip(&app, &site, ip, now, guard::Door::Read).await?;
     let verified = match (body.user_id, body.user_hash, body.identity_token) {
         (None, None, None) => None,
         (Some(user_id), Some(hash), None) => {

@@ -299,7 +299,7 @@ async fn a_stream_slot_is_freed_when_the_client_leaves_or_the_provider_fails() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     t.settle().await;
     assert_eq!(
-        t.app.counters.open_streams("s|acme"),
+        t.app.counters.open_streams("s|acme").await.unwrap(),
         0,
         "every slot of the site is free again"
     );

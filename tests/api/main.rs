@@ -24,6 +24,7 @@ mod operator_reads;
 mod operator_tools;
 mod postgres;
 mod provider;
+mod redis;
 mod refusals;
 mod support;
 mod tool_calls;

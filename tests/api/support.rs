@@ -12,12 +12,14 @@ use serde_json::Value;
 
 mod console;
 mod processes;
+mod redis;
 mod reply;
 
 pub use console::{Console, PASSWORD, session_cookie};
 pub use processes::{
     ask_as_new_visitor, config_file, deskbell_command, free_port, fresh_postgres_database,
 };
+pub use redis::{RedisChild, redis_url};
 pub use reply::{Reply, parse_sse, read};
 
 pub const ORIGIN: &str = "https://shop.example";
