@@ -181,6 +181,20 @@ where
     }
 }
 
+/// Reads a JSON body already taken as bytes; the error names the field at fault
+/// (`policy: unknown variant …`).
+pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        match path.as_str() {
+            "." | "" => ApiError::InvalidRequest(inner.to_string()),
+            _ => ApiError::InvalidRequest(format!("{path}: {inner}")),
+        }
+    })
+}
+
 /// The raw request body, bounded by the body limit; an oversized body is a
 /// `message_too_long` in the §5 envelope.
 pub struct RawBody(pub axum::body::Bytes);

@@ -28,9 +28,12 @@ CREATE TABLE operator_sessions (
     revoked_at    BIGINT
 );
 
+-- Each sign-in is recorded here before its password is checked (and removed when
+-- it succeeds), so sign-ins sent at once cannot all slip under the limit.
 CREATE TABLE operator_login_failures (
-    key   TEXT NOT NULL,
-    at    BIGINT NOT NULL
+    key       TEXT NOT NULL,
+    at        BIGINT NOT NULL,
+    attempt   TEXT NOT NULL
 );
 CREATE INDEX operator_login_failures_by_key ON operator_login_failures (key, at);
 

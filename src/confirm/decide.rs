@@ -38,6 +38,10 @@ pub async fn decide(
             super::refuse(app, call, Reason::Replayed).await?;
             ApiError::CallNotPending
         }
+        Decided::Stale => {
+            super::refuse(app, call, Reason::Stale).await?;
+            ApiError::CallNotPending
+        }
         Decided::Late => {
             app.store.expire_due(now, Some(&call.conversation)).await?;
             super::refuse(app, call, Reason::Late).await?;

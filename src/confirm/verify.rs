@@ -51,6 +51,12 @@ pub async fn verify_answer(
         None => return Err(ApiError::CallNotFound),
     };
     let now = app.clock.now_ms();
+    // A card closed because an operator changed its tool is refused as stale
+    // (SPEC §8), not as late.
+    if call.status == CallStatus::Expired && call.reason == Some(Reason::Stale) {
+        refuse(app, &call, Reason::Stale).await?;
+        return Err(ApiError::CallNotPending);
+    }
     if call.status == CallStatus::Expired {
         refuse(app, &call, Reason::Late).await?;
         return Err(ApiError::ConfirmationExpired);

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::auth::Operator;
-use super::{Params, cursor, known_site, page, page_limit, parse_cursor, parse_time};
+use super::{Params, cursor, page, page_limit, parse_cursor, parse_time, query_site};
 use crate::app::App;
 use crate::audit::{CSV_HEADER, EXPORT_PAGE, ExportRow, Format, write_row};
 use crate::error::ApiError;
@@ -36,7 +36,7 @@ pub async fn list(
     Params(query): Params<ListQuery>,
 ) -> Result<Json<Page<serde_json::Value>>, ApiError> {
     if let Some(site) = &query.site {
-        known_site(&app, site)?;
+        query_site(&app, site)?;
     }
     let limit = page_limit(query.limit, 50)?;
     let filter = AuditFilter {
@@ -91,7 +91,7 @@ pub async fn export(
         }
     };
     if let Some(site) = &query.site {
-        known_site(&app, site)?;
+        query_site(&app, site)?;
     }
     let (content_type, name) = match format {
         Format::Jsonl => ("application/x-ndjson", "deskbell-audit.jsonl"),

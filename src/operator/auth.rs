@@ -34,6 +34,8 @@ pub struct Operator {
     pub session: Option<String>,
     /// The CSRF token of that session.
     pub csrf: Option<String>,
+    /// The stored hash of the API token, when signed in with one.
+    pub token: Option<String>,
 }
 
 impl Operator {
@@ -43,6 +45,22 @@ impl Operator {
             OperatorRole::Admin => Ok(()),
             OperatorRole::Agent => Err(ApiError::Forbidden),
         }
+    }
+
+    /// Whether the credential still holds: a long-lived stream checks again, so
+    /// signing out or revoking a token ends it.
+    pub async fn still_valid(&self, app: &App) -> bool {
+        let now = app.clock.now_ms();
+        let held = match (&self.session, &self.token) {
+            (Some(id), _) => app
+                .store
+                .session(id)
+                .await
+                .map(|s| s.is_some_and(|s| now - s.last_seen_at < IDLE_MS)),
+            (None, Some(hash)) => app.store.token_by_hash(hash).await.map(|t| t.is_some()),
+            (None, None) => Ok(false),
+        };
+        held.unwrap_or(false)
     }
 }
 
@@ -89,9 +107,10 @@ async fn by_token(app: &App, bearer: &str) -> Result<Operator, ApiError> {
     if !bearer.starts_with(TOKEN_PREFIX) {
         return Err(ApiError::OperatorUnauthenticated);
     }
+    let hash = token_hash(bearer);
     let token = app
         .store
-        .token_by_hash(&token_hash(bearer))
+        .token_by_hash(&hash)
         .await?
         .ok_or(ApiError::OperatorUnauthenticated)?;
     Ok(Operator {
@@ -99,6 +118,7 @@ async fn by_token(app: &App, bearer: &str) -> Result<Operator, ApiError> {
         role: token.role,
         session: None,
         csrf: None,
+        token: Some(hash),
     })
 }
 
@@ -123,6 +143,7 @@ async fn by_cookie(app: &App, cookie: &str) -> Result<Operator, ApiError> {
         role: session.role,
         session: Some(id),
         csrf: Some(csrf_token(key, cookie)),
+        token: None,
     })
 }
 

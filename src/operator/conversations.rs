@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use futures_util::Stream;
 use serde::Deserialize;
 
 use super::auth::Operator;
-use super::{Params, cursor, known_site, page, page_limit, parse_cursor};
+use super::{Params, cursor, page, page_limit, parse_cursor, query_site};
 use crate::app::App;
 use crate::audit::ExportRow;
 use crate::clock::rfc3339;
@@ -43,10 +43,15 @@ pub async fn list(
     Params(query): Params<ListQuery>,
 ) -> Result<Json<Page<ConversationSummary>>, ApiError> {
     if let Some(site) = &query.site {
-        known_site(&app, site)?;
+        query_site(&app, site)?;
     }
     if query.q.as_ref().is_some_and(|q| q.chars().count() > 200) {
         return Err(ApiError::InvalidRequest("q: at most 200 characters".into()));
+    }
+    if query.status == Some(MessageStatus::Sent) {
+        return Err(ApiError::InvalidRequest(
+            "status: one of answered, awaiting_confirmation, failed, streaming".into(),
+        ));
     }
     let limit = page_limit(query.limit, 50)?;
     let filter = ConversationFilter {
@@ -169,26 +174,51 @@ pub async fn show(
 }
 
 /// Server-sent events: one `conversation` event per change, for the live list.
+/// The credential is checked again before each event and every `RECHECK` (when
+/// a comment also keeps proxies from closing the quiet stream): a stream ends
+/// once its session is signed out, idle too long or its token revoked.
 pub async fn events(
     State(app): State<App>,
-    _: Operator,
+    operator: Operator,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let receiver = app.live.subscribe();
-    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        loop {
-            match receiver.recv().await {
-                Ok(change) => {
-                    let event = Event::default()
-                        .event("conversation")
-                        .json_data(&change)
-                        .unwrap_or_else(|_| Event::default().comment("unencodable change"));
-                    return Some((Ok(event), receiver));
+    let mut recheck = tokio::time::interval(RECHECK);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    recheck.reset();
+    let state = (app.live.subscribe(), app, operator, recheck);
+    let stream = futures_util::stream::unfold(
+        state,
+        |(mut receiver, app, operator, mut recheck)| async move {
+            loop {
+                tokio::select! {
+                    change = receiver.recv() => match change {
+                        Ok(change) => {
+                            // Nothing more reaches a console whose credential ended.
+                            if !operator.still_valid(&app).await {
+                                return None;
+                            }
+                            let event = Event::default()
+                                .event("conversation")
+                                .json_data(&change)
+                                .unwrap_or_else(|_| Event::default().comment("unencodable change"));
+                            return Some((Ok(event), (receiver, app, operator, recheck)));
+                        }
+                        // A console that fell behind re-reads the list on the next change.
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                    },
+                    _ = recheck.tick() => {
+                        if !operator.still_valid(&app).await {
+                            return None;
+                        }
+                        let alive = Event::default().comment("still here");
+                        return Some((Ok(alive), (receiver, app, operator, recheck)));
+                    }
                 }
-                // A console that fell behind re-reads the list on the next change.
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
             }
-        }
-    });
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        },
+    );
+    Sse::new(stream)
 }
+
+/// How often a live stream checks its credential and shows it is alive.
+const RECHECK: Duration = Duration::from_secs(15);

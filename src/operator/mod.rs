@@ -148,7 +148,10 @@ pub fn chosen_sites(
     site: Option<&str>,
 ) -> Result<Vec<std::sync::Arc<crate::app::Site>>, ApiError> {
     match site {
-        Some(id) => Ok(vec![std::sync::Arc::clone(known_site(app, id)?)]),
+        Some(id) => {
+            query_site(app, id)?;
+            Ok(vec![std::sync::Arc::clone(known_site(app, id)?)])
+        }
         None => Ok(app
             .config
             .sites
@@ -158,7 +161,17 @@ pub fn chosen_sites(
     }
 }
 
-/// The site named in a path or query, which must exist.
+/// A site named in a query, which must exist: an unknown one is bad input.
+pub fn query_site(app: &App, site: &str) -> Result<(), ApiError> {
+    match app.site(site) {
+        Some(_) => Ok(()),
+        None => Err(ApiError::InvalidRequest(format!(
+            "site: there is no site {site:?}"
+        ))),
+    }
+}
+
+/// The site named in a path, which must exist.
 pub fn known_site<'a>(
     app: &'a App,
     site: &str,

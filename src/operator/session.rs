@@ -19,6 +19,9 @@ pub const FAILURE_WINDOW_MS: i64 = 15 * 60 * 1000;
 /// Failures within the window after which sign-ins are refused.
 pub const MAX_FAILURES: i64 = 5;
 
+/// Password checks running at once.
+static VERIFYING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
 pub async fn login(
     State(app): State<App>,
     peer: Peer,
@@ -41,18 +44,30 @@ pub async fn login(
         format!("email:{email}"),
         format!("ip:{}", guard::limit_key(ip)),
     ];
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     let now = app.clock.now_ms();
     let since = now - FAILURE_WINDOW_MS;
-    for key in &keys {
-        let (failures, first) = app.store.login_failures(key, since).await?;
-        if failures >= MAX_FAILURES {
-            let wait_ms = (first + FAILURE_WINDOW_MS - now).max(1_000);
-            return Err(ApiError::RateLimited((wait_ms as u64).div_ceil(1000)));
-        }
+    // The attempt is written down before the password is checked: sign-ins sent
+    // at once see each other, and no more than the limit are ever checked.
+    let attempt = crate::ids::new_id("login");
+    let counts = app
+        .store
+        .begin_login_attempt(&attempt, &keys, now, since)
+        .await?;
+    if let Some((_, first)) = counts.iter().find(|(n, _)| *n > MAX_FAILURES) {
+        app.store.forget_login_attempt(&attempt).await?;
+        let wait_ms = (first + FAILURE_WINDOW_MS - now).max(1_000);
+        return Err(ApiError::RateLimited((wait_ms as u64).div_ceil(1000)));
     }
     let operator = app.store.operator(&email).await?;
     let password = request.password;
     let hash = operator.as_ref().map(|o| o.password_hash.clone());
+    // Each check holds about 19 MiB for tens of milliseconds: a few at a time,
+    // so a flood of sign-ins queues instead of exhausting memory.
+    let _permit = VERIFYING
+        .acquire()
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?;
     let verified = tokio::task::spawn_blocking(move || match hash {
         Some(hash) => verify_password(&password, &hash),
         None => {
@@ -63,11 +78,11 @@ pub async fn login(
     .await
     .map_err(|e| ApiError::Internal(e.into()))?;
     let Some(operator) = operator.filter(|_| verified) else {
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        app.store.record_login_failure(&keys, now, since).await?;
         tracing::info!("an operator sign-in failed");
         return Err(ApiError::LoginFailed);
     };
+    app.store.forget_login_attempt(&attempt).await?;
+    app.store.purge_sessions(now - auth::IDLE_MS).await?;
     let cookie = random_text(32).map_err(|e| ApiError::Internal(e.into()))?;
     let key = &app.keys.operator_sessions;
     app.store

@@ -12,10 +12,10 @@ use super::auth::Operator;
 use super::{Params, chosen_sites, known_site};
 use crate::app::{App, Site};
 use crate::clock::rfc3339;
-use crate::error::{ApiError, JsonBody};
+use crate::error::{ApiError, JsonBody, RawBody, parse_json};
 use crate::secret::loggable_url;
 use crate::states::AuditEvent;
-use crate::store::{AuditRow, ToolOverride};
+use crate::store::{AuditRow, ToolEdit};
 use crate::tools::arguments::Arguments;
 use crate::tools::render;
 use crate::wire::{CardPreview, Items, PreviewRequest, ToolChange, ToolFileView, ToolView};
@@ -79,47 +79,32 @@ pub async fn change(
     State(app): State<App>,
     operator: Operator,
     Path((site_id, name)): Path<(String, String)>,
-    JsonBody(change): JsonBody<ToolChange>,
+    RawBody(body): RawBody,
 ) -> Result<Json<ToolView>, ApiError> {
+    // The role first: an agent learns nothing from how its body would be read.
     operator.require_admin()?;
+    let change: ToolChange = parse_json(&body)?;
     let site = Arc::clone(known_site(&app, &site_id)?);
-    if !site.tools.file().iter().any(|t| t.name == name) {
-        return Err(ApiError::Missing("tool"));
-    }
-    check(&change)?;
-    let now = app.clock.now_ms();
-    let overrides = site.tools.overrides(&app.store).await;
-    let stored = match change.reset {
-        true => None,
-        false => {
-            let before = overrides.get(&name);
-            Some(ToolOverride {
-                tool: name.clone(),
-                label: change
-                    .label
-                    .clone()
-                    .map(|l| l.trim().to_string())
-                    .or_else(|| before.and_then(|b| b.label.clone())),
-                description: change
-                    .description
-                    .clone()
-                    .or_else(|| before.and_then(|b| b.description.clone())),
-                policy: change.policy.or_else(|| before.and_then(|b| b.policy)),
-                operator: operator.email.clone(),
-                changed_at: now,
-            })
-        }
-    };
     let file = site
         .tools
         .file()
         .iter()
         .find(|t| t.name == name)
         .ok_or(ApiError::Missing("tool"))?;
-    let policy = stored
-        .as_ref()
-        .and_then(|o| o.policy)
-        .unwrap_or(file.policy);
+    check(&change)?;
+    let now = app.clock.now_ms();
+    let label = change.label.as_deref().map(str::trim);
+    let edit = ToolEdit {
+        site: &site_id,
+        tool: &name,
+        label,
+        description: change.description.as_deref(),
+        policy: change.policy,
+        reset: change.reset,
+        operator: &operator.email,
+        at: now,
+        file_policy: file.policy,
+    };
     let audit = AuditRow {
         at: now,
         event: AuditEvent::ToolChanged,
@@ -129,16 +114,24 @@ pub async fn change(
         conversation: String::new(),
         visitor: String::new(),
         tool: name.clone(),
-        policy,
+        policy: file.policy,
         arguments: change_json(&change)?,
         http_status: None,
         duration_ms: None,
         operator: Some(operator.email.clone()),
     };
-    app.store
-        .change_tool(&site_id, &name, stored.as_ref(), &audit)
-        .await?;
-    tracing::info!(operator = %operator.email, site = %site_id, tool = %name, policy = policy.as_str(), "a tool was changed in the console");
+    let stale = app.store.change_tool(&edit, audit).await?;
+    for call in &stale {
+        app.live
+            .publish(&call.site, &call.conversation, "card_answered");
+    }
+    tracing::info!(
+        operator = %operator.email,
+        site = %site_id,
+        tool = %name,
+        stale_cards = stale.len(),
+        "a tool was changed in the console"
+    );
     let view = tool_view(&app, &site, &name)
         .await
         .ok_or(ApiError::Missing("tool"))?;

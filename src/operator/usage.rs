@@ -78,8 +78,12 @@ async fn site_usage(app: &App, site: &Site, first: i64, today: i64) -> Result<Si
             Ok(AuditEvent::Cancelled) => day.cancelled += n,
             Ok(AuditEvent::Expired) => day.expired += n,
             Ok(AuditEvent::Failed) => day.failures += n,
+            // Auto calls that ran: requested, less those refused before running.
             Ok(AuditEvent::Requested) if Policy::parse(&policy) == Ok(Policy::Auto) => {
                 day.auto_calls += n
+            }
+            Ok(AuditEvent::Refused) if Policy::parse(&policy) == Ok(Policy::Auto) => {
+                day.auto_calls -= n
             }
             _ => {}
         }

@@ -21,6 +21,8 @@ pub enum Decided {
     Lost,
     /// The card's time ran out between the checks and the decision.
     Late,
+    /// An operator changed the card's tool between the checks and the decision.
+    Stale,
     /// The site's daily budget could not be reserved (spent, or held by turns
     /// running at the same time).
     Budget(super::Reservation),
@@ -82,23 +84,21 @@ impl Store {
             // Dropping the transaction gives the reservation back. Whether the card
             // ran out of time or another answer won is read from the row as it is
             // now: an expiry sweep may have come between the checks and here.
-            let row = sqlx::query("SELECT status, expires_at FROM calls WHERE id = $1")
+            let row = sqlx::query("SELECT status, expires_at, reason FROM calls WHERE id = $1")
                 .bind(&c.id)
                 .fetch_optional(&mut *tx)
                 .await?;
-            let expired = match row {
-                Some(row) => {
-                    let status = super::state(&row, "status", CallStatus::parse)?;
-                    let expires_at: Option<Millis> = row.try_get("expires_at")?;
-                    status == CallStatus::Expired
-                        || (status == CallStatus::Pending && expires_at.is_none_or(|at| at <= now))
-                }
-                None => false,
+            let Some(row) = row else {
+                return Ok(Decided::Lost);
             };
-            return Ok(if expired {
-                Decided::Late
-            } else {
-                Decided::Lost
+            let status = super::state(&row, "status", CallStatus::parse)?;
+            let expires_at: Option<Millis> = row.try_get("expires_at")?;
+            let reason = super::optional_state(&row, "reason", Reason::parse)?;
+            return Ok(match status {
+                CallStatus::Expired if reason == Some(Reason::Stale) => Decided::Stale,
+                CallStatus::Expired => Decided::Late,
+                CallStatus::Pending if expires_at.is_none_or(|at| at <= now) => Decided::Late,
+                _ => Decided::Lost,
             });
         }
         let event = match to {
@@ -168,6 +168,40 @@ pub(super) async fn expire_in(
         close_card_message(tx, &c.message).await?;
     }
     Ok(expired)
+}
+
+/// Closes every pending card of a site's tool as expired, reason `stale`: an
+/// operator changed the tool, so the cards show what would no longer run (SPEC
+/// §8, §15). In the change's transaction, so no answer can win a card after the
+/// change committed.
+pub(super) async fn stale_in(
+    tx: &mut Tx<'_>,
+    site: &str,
+    tool: &str,
+    now: Millis,
+) -> Result<Vec<CallRow>, sqlx::Error> {
+    let rows = sqlx::query(sql(format!(
+        "UPDATE calls SET status = $4, decided_at = $3, reason = $5 \
+         WHERE status = $6 AND site = $1 AND tool = $2 RETURNING {COLUMNS}"
+    )))
+    .bind(site)
+    .bind(tool)
+    .bind(now)
+    .bind(CallStatus::Expired.as_str())
+    .bind(Reason::Stale.as_str())
+    .bind(CallStatus::Pending.as_str())
+    .fetch_all(&mut **tx)
+    .await?;
+    let stale: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
+    for c in &stale {
+        audit::insert(
+            &mut **tx,
+            &AuditRow::for_call(c, AuditEvent::Expired, Some(Reason::Stale), now),
+        )
+        .await?;
+        close_card_message(tx, &c.message).await?;
+    }
+    Ok(stale)
 }
 
 /// Closes the pending card of a conversation as cancelled (reason `superseded`)

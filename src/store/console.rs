@@ -75,10 +75,11 @@ pub struct ConversationListRow {
     pub pending: Option<(String, String, String, Option<Millis>)>,
 }
 
-/// `LIKE` pattern for a case-insensitive substring, with the wildcards escaped.
+/// `LIKE` pattern for a substring, with the wildcards escaped. Both sides go
+/// through the database's `LOWER`, so the search ignores case as far as the
+/// backend's `LOWER` knows it (ASCII on SQLite, Unicode on PostgreSQL).
 fn like_pattern(q: &str) -> String {
     let escaped = q
-        .to_lowercase()
         .replace('\\', "\\\\")
         .replace('%', "\\%")
         .replace('_', "\\_");
@@ -136,7 +137,7 @@ impl Store {
                 let (user, pattern) = (binds.text(q), binds.text(like_pattern(q)));
                 clauses.push(format!(
                     "(v.user_id = {user} OR EXISTS (SELECT 1 FROM messages m \
-                     WHERE m.conversation = c.id AND LOWER(m.text) LIKE {pattern} ESCAPE '\\'))"
+                     WHERE m.conversation = c.id AND LOWER(m.text) LIKE LOWER({pattern}) ESCAPE '\\'))"
                 ));
             }
         }
@@ -184,9 +185,6 @@ impl Store {
         let mut binds = Binds::default();
         let ids: Vec<String> = list.iter().map(|c| binds.text(&c.id)).collect();
         let ids = ids.join(", ");
-        // An answer that has only just begun streaming has no text to show yet.
-        let assistant = binds.text(Role::Assistant.as_str());
-        let streaming = binds.text(MessageStatus::Streaming.as_str());
         let latest = binds
             .fetch(
                 self,
@@ -194,7 +192,7 @@ impl Store {
                     "SELECT id, conversation, role, text, status, created_at FROM (\
                      SELECT id, conversation, role, text, status, created_at, ROW_NUMBER() OVER \
                      (PARTITION BY conversation, role ORDER BY created_at DESC, id DESC) AS n \
-                     FROM messages WHERE conversation IN ({ids}) AND (role <> {assistant} OR status <> {streaming} OR text <> '')) latest \
+                     FROM messages WHERE conversation IN ({ids})) latest \
                      WHERE n = 1"
                 ),
             )
@@ -221,11 +219,15 @@ impl Store {
             };
             let role = state(row, "role", Role::parse)?;
             let key: (Millis, String) = (row.try_get("created_at")?, row.try_get("id")?);
+            let status = optional_state(row, "status", MessageStatus::parse)?;
+            let text: String = row.try_get("text")?;
             if role == Role::Assistant {
-                entry.status = optional_state(row, "status", MessageStatus::parse)?;
+                entry.status = status;
             }
-            if entry.last_key.as_ref().is_none_or(|last| key > *last) {
-                entry.last = Some((role, row.try_get("text")?, key.0));
+            // An answer that has only just begun streaming has no text to show yet.
+            let blank = status == Some(MessageStatus::Streaming) && text.is_empty();
+            if !blank && entry.last_key.as_ref().is_none_or(|last| key > *last) {
+                entry.last = Some((role, text, key.0));
                 entry.last_key = Some(key);
             }
         }

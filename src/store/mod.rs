@@ -32,7 +32,7 @@ pub use conversations::{MessageRow, STREAMING};
 pub use error::{StoreError, StoreResult};
 pub use leases::{Claimed, StreamingAnswer};
 pub use operators::{OperatorRow, SessionRow, TokenRow};
-pub use overrides::ToolOverride;
+pub use overrides::{ToolEdit, ToolOverride};
 pub use turns::{TurnEnd, TurnStart};
 
 use std::path::Path;

@@ -172,41 +172,65 @@ impl Store {
         Ok(())
     }
 
-    /// Failed sign-ins under `key` since `since`, and the earliest of them.
-    pub async fn login_failures(&self, key: &str, since: Millis) -> StoreResult<(i64, Millis)> {
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS n, MIN(at) AS first FROM operator_login_failures WHERE key = $1 AND at >= $2",
-        )
-        .bind(key)
-        .bind(since)
-        .fetch_one(self.pool())
-        .await?;
-        let n: i64 = row.try_get("n")?;
-        let first: Option<i64> = row.try_get("first")?;
-        Ok((n, first.unwrap_or(since)))
-    }
-
-    /// Records a failed sign-in under each key and forgets failures older than
-    /// `forget_before`, in one transaction.
-    pub async fn record_login_failure(
+    /// Records a sign-in attempt under each key (forgetting attempts older than
+    /// `since`) and returns, per key, the attempts since `since` — this one
+    /// included — and the earliest of them. Counted after the insert, in one
+    /// transaction: of attempts made at once, the later ones see the earlier.
+    pub async fn begin_login_attempt(
         &self,
+        attempt: &str,
         keys: &[&str],
         now: Millis,
-        forget_before: Millis,
-    ) -> StoreResult<()> {
+        since: Millis,
+    ) -> StoreResult<Vec<(i64, Millis)>> {
         let mut tx = self.writer().begin().await?;
         sqlx::query("DELETE FROM operator_login_failures WHERE at < $1")
-            .bind(forget_before)
+            .bind(since)
             .execute(&mut *tx)
             .await?;
         for key in keys {
-            sqlx::query("INSERT INTO operator_login_failures (key, at) VALUES ($1, $2)")
-                .bind(*key)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "INSERT INTO operator_login_failures (key, at, attempt) VALUES ($1, $2, $3)",
+            )
+            .bind(*key)
+            .bind(now)
+            .bind(attempt)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let mut counts = Vec::with_capacity(keys.len());
+        for key in keys {
+            let row = sqlx::query(
+                "SELECT COUNT(*) AS n, MIN(at) AS first FROM operator_login_failures WHERE key = $1 AND at >= $2",
+            )
+            .bind(*key)
+            .bind(since)
+            .fetch_one(&mut *tx)
+            .await?;
+            let first: Option<i64> = row.try_get("first")?;
+            counts.push((row.try_get("n")?, first.unwrap_or(now)));
         }
         tx.commit().await?;
+        Ok(counts)
+    }
+
+    /// Forgets an attempt: it succeeded, or it was refused before any check.
+    pub async fn forget_login_attempt(&self, attempt: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM operator_login_failures WHERE attempt = $1")
+            .bind(attempt)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    /// Forgets sessions revoked or idle past `idle_before`.
+    pub async fn purge_sessions(&self, idle_before: Millis) -> StoreResult<()> {
+        sqlx::query(
+            "DELETE FROM operator_sessions WHERE last_seen_at < $1 OR revoked_at IS NOT NULL",
+        )
+        .bind(idle_before)
+        .execute(self.writer())
+        .await?;
         Ok(())
     }
 }

@@ -5,6 +5,7 @@
 use sqlx::Row;
 
 use super::audit::{AuditRow, insert};
+use super::calls::CallRow;
 use super::error::StoreResult;
 use super::{Store, optional_state};
 use crate::clock::Millis;
@@ -65,50 +66,77 @@ impl Store {
         Ok((version.unwrap_or(0), overrides))
     }
 
-    /// Stores a tool's new override (or removes it: `None` resets the tool to
-    /// the file), moves the site's version and appends the audit row, atomically.
+    /// Applies a console change to a tool, atomically: the fields given replace
+    /// the stored ones (merged here, so two changes at once both count), `reset`
+    /// removes the override, the site's version moves, every pending card of the
+    /// tool is closed as stale, and the `tool_changed` row is written with the
+    /// policy that now holds (`file_policy` when nothing overrides it). Returns the
+    /// cards closed.
     pub async fn change_tool(
         &self,
-        site: &str,
-        tool: &str,
-        change: Option<&ToolOverride>,
-        audit: &AuditRow,
-    ) -> StoreResult<()> {
+        change: &ToolEdit<'_>,
+        mut audit: AuditRow,
+    ) -> StoreResult<Vec<CallRow>> {
         let mut tx = self.writer().begin().await?;
-        match change {
-            Some(o) => {
-                sqlx::query(
-                    "INSERT INTO tool_overrides (site, tool, label, description, policy, operator, changed_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (site, tool) DO UPDATE SET \
-                     label = $3, description = $4, policy = $5, operator = $6, changed_at = $7",
-                )
-                .bind(site)
-                .bind(tool)
-                .bind(&o.label)
-                .bind(&o.description)
-                .bind(o.policy.map(Policy::as_str))
-                .bind(&o.operator)
-                .bind(o.changed_at)
+        if change.reset {
+            sqlx::query("DELETE FROM tool_overrides WHERE site = $1 AND tool = $2")
+                .bind(change.site)
+                .bind(change.tool)
                 .execute(&mut *tx)
                 .await?;
-            }
-            None => {
-                sqlx::query("DELETE FROM tool_overrides WHERE site = $1 AND tool = $2")
-                    .bind(site)
-                    .bind(tool)
-                    .execute(&mut *tx)
-                    .await?;
-            }
+        } else {
+            sqlx::query(
+                "INSERT INTO tool_overrides (site, tool, label, description, policy, operator, changed_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (site, tool) DO UPDATE SET \
+                 label = COALESCE($3, tool_overrides.label), description = COALESCE($4, tool_overrides.description), \
+                 policy = COALESCE($5, tool_overrides.policy), operator = $6, changed_at = $7",
+            )
+            .bind(change.site)
+            .bind(change.tool)
+            .bind(change.label)
+            .bind(change.description)
+            .bind(change.policy.map(Policy::as_str))
+            .bind(change.operator)
+            .bind(change.at)
+            .execute(&mut *tx)
+            .await?;
         }
+        let policy = sqlx::query("SELECT policy FROM tool_overrides WHERE site = $1 AND tool = $2")
+            .bind(change.site)
+            .bind(change.tool)
+            .fetch_optional(&mut *tx)
+            .await?;
+        audit.policy = match policy {
+            Some(row) => {
+                optional_state(&row, "policy", Policy::parse)?.unwrap_or(change.file_policy)
+            }
+            None => change.file_policy,
+        };
         sqlx::query(
             "INSERT INTO tool_versions (site, version) VALUES ($1, 1) \
              ON CONFLICT (site) DO UPDATE SET version = tool_versions.version + 1",
         )
-        .bind(site)
+        .bind(change.site)
         .execute(&mut *tx)
         .await?;
-        insert(&mut *tx, audit).await?;
+        insert(&mut *tx, &audit).await?;
+        let stale = super::cards::stale_in(&mut tx, change.site, change.tool, change.at).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(stale)
     }
+}
+
+/// One console change of a tool (`None` fields keep what is stored).
+#[derive(Debug, Clone, Copy)]
+pub struct ToolEdit<'a> {
+    pub site: &'a str,
+    pub tool: &'a str,
+    pub label: Option<&'a str>,
+    pub description: Option<&'a str>,
+    pub policy: Option<Policy>,
+    pub reset: bool,
+    pub operator: &'a str,
+    pub at: Millis,
+    /// The file's policy, which holds when no override sets one.
+    pub file_policy: Policy,
 }

@@ -7,11 +7,21 @@ use crate::states::{CallKind, CallStatus, MessageStatus, OperatorRole, Policy, R
 
 // ---- requests -------------------------------------------------------------------
 
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoginRequest {
     pub email: String,
     pub password: String,
+}
+
+/// A sign-in prints without its password.
+impl std::fmt::Debug for LoginRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginRequest")
+            .field("email", &self.email)
+            .field("password", &"***")
+            .finish()
+    }
 }
 
 /// A change of a tool: the fields given replace the current ones; `reset`

@@ -133,6 +133,26 @@ async fn five_failures_lock_an_email_out_for_fifteen_minutes() {
 }
 
 #[tokio::test]
+async fn sign_ins_sent_at_once_cannot_slip_past_the_limit() {
+    let t = TestApp::start().await;
+    t.add_operator("ada@example.test", OperatorRole::Admin)
+        .await;
+    let guesses: Vec<String> = (0..20).map(|i| format!("guess-number-{i}")).collect();
+    let tries = guesses.iter().map(|g| t.sign_in("ada@example.test", g));
+    let replies = futures_util::future::join_all(tries).await;
+    let checked = replies
+        .iter()
+        .filter(|r| r.code() == "login_failed")
+        .count();
+    let refused = replies
+        .iter()
+        .filter(|r| r.code() == "rate_limited")
+        .count();
+    assert_eq!(checked + refused, 20);
+    assert!(checked <= 5, "{checked} passwords were checked");
+}
+
+#[tokio::test]
 async fn five_failures_from_one_address_lock_it_out_whatever_the_email() {
     let t = TestApp::start().await;
     t.add_operator("ada@example.test", OperatorRole::Admin)

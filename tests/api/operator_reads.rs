@@ -130,19 +130,15 @@ async fn bad_list_queries_are_refused_by_name() {
         ("/v1/operator/audit/export?format=xml", "format"),
         ("/v1/operator/usage?days=0", "days"),
         ("/v1/operator/usage?days=91", "days"),
+        ("/v1/operator/conversations?site=mars", "site"),
+        ("/v1/operator/conversations?status=sent", "status"),
+        ("/v1/operator/audit?site=mars", "site"),
     ] {
         let r = agent.get(path).await;
         assert_eq!((r.status, r.code()), (400, "invalid_request"), "{path}");
         let message = r.json["error"]["message"].as_str().unwrap();
         assert!(message.contains(field), "{path}: {message}");
     }
-    assert_eq!(
-        agent
-            .get("/v1/operator/conversations?site=mars")
-            .await
-            .status,
-        404
-    );
     assert_eq!(
         agent.get("/v1/operator/conversations/c_nope").await.code(),
         "conversation_not_found"
@@ -436,4 +432,32 @@ async fn knowledge_is_listed_reingested_by_an_admin_and_searched() {
     );
     let empty = admin.get("/v1/operator/knowledge/acme/search?q=%20").await;
     assert_eq!(empty.code(), "invalid_request");
+}
+
+#[tokio::test]
+async fn the_live_stream_ends_once_its_session_is_signed_out() {
+    let t = TestApp::start().await;
+    let agent = t.console(OperatorRole::Agent).await;
+    let response = agent
+        .http
+        .get(format!("{}/v1/operator/events", agent.base))
+        .header("cookie", &agent.cookie)
+        .send()
+        .await
+        .unwrap();
+    let out = agent
+        .call(Method::DELETE, "/v1/operator/session", None, true)
+        .await;
+    assert_eq!(out.status, 204);
+    let visitor = t.visitor().await;
+    t.llm.push(Script::text("Hello."));
+    t.question(&visitor, None, "Hi").await;
+    let body = tokio::time::timeout(Duration::from_secs(10), response.text())
+        .await
+        .expect("the stream ended")
+        .unwrap();
+    assert!(
+        !body.contains("event: conversation"),
+        "nothing reached a signed-out console: {body}"
+    );
 }

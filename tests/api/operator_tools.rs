@@ -71,13 +71,45 @@ async fn a_pending_card_of_a_changed_tool_is_refused_as_stale_and_nothing_runs()
     assert_eq!((r.status, r.code()), (409, "call_not_pending"));
     assert!(t.hook.calls().is_empty(), "the stale card ran nothing");
     let call = card["call"].as_str().unwrap();
-    assert!(
-        t.audit_events(call)
-            .await
-            .contains(&"refused:stale".to_string()),
-        "{:?}",
-        t.audit_events(call).await
+    assert_eq!(
+        t.audit_events(call).await,
+        vec!["requested", "expired:stale", "refused:stale"],
+        "closed by the change, and the late answer refused as stale"
     );
+    // The visitor's history no longer offers the card.
+    let history = t.history(&visitor, &conversation).await;
+    let step = &history.json["messages"][1]["steps"][0];
+    assert_eq!(step["status"], "expired");
+    assert!(step.get("signature").is_none());
+}
+
+#[tokio::test]
+async fn two_changes_at_once_both_count() {
+    let t = TestApp::start().await;
+    let admin = t.console(OperatorRole::Admin).await;
+    let (a, b) = tokio::join!(
+        admin.patch_tool("acme", "refund", json!({"label": "Refund in full"})),
+        admin.patch_tool("acme", "refund", json!({"policy": "auto"})),
+    );
+    assert_eq!((a.status, b.status), (200, 200));
+    let tool = admin.tool("acme", "refund").await;
+    assert_eq!(tool["label"], "Refund in full");
+    assert_eq!(tool["policy"], "auto");
+}
+
+#[tokio::test]
+async fn an_agent_is_refused_before_its_body_is_read() {
+    let t = TestApp::start().await;
+    let agent = t.console(OperatorRole::Agent).await;
+    let r = agent
+        .call(
+            Method::PATCH,
+            "/v1/operator/tools/acme/refund",
+            Some(json!({"nonsense": true})),
+            true,
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (403, "forbidden"));
 }
 
 #[tokio::test]
@@ -248,7 +280,12 @@ async fn bad_tool_changes_are_refused_by_field_and_change_nothing() {
 
 #[tokio::test]
 async fn tools_are_listed_with_their_schema_and_no_secret() {
-    let t = TestApp::start().await;
+    // Credentials and a query in an executor URL are where keys hide.
+    let t = TestApp::with(|c| {
+        c.sites[0].tools[2].url =
+            "https://deskbell:hunter2@backend.example/refund?key=topsecret".into();
+    })
+    .await;
     let agent = t.console(OperatorRole::Agent).await;
     let r = agent.get("/v1/operator/tools").await;
     assert_eq!(r.status, 200);
@@ -264,8 +301,17 @@ async fn tools_are_listed_with_their_schema_and_no_secret() {
         cancel["input_schema"]["properties"]["order_id"]["title"],
         "Order ID"
     );
-    assert!(!r.json.to_string().contains(crate::support::TOOL_SECRET));
-    assert!(agent.get("/v1/operator/tools?site=mars").await.status == 404);
+    let text = r.json.to_string();
+    assert!(!text.contains(crate::support::TOOL_SECRET));
+    for secret in ["hunter2", "topsecret", "deskbell:"] {
+        assert!(!text.contains(secret), "{secret} leaked");
+    }
+    let refund = items.iter().find(|t| t["name"] == "refund").unwrap();
+    assert_eq!(refund["url"], "https://backend.example/refund?…");
+    assert_eq!(
+        agent.get("/v1/operator/tools?site=mars").await.code(),
+        "invalid_request"
+    );
 }
 
 #[tokio::test]

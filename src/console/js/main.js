@@ -121,7 +121,11 @@ function route(moveFocus) {
   let match = null;
   for (const [re, nav, fn] of ROUTES) {
     const m = re.exec(location.hash);
-    if (m) { match = { nav, fn, args: m.slice(1).map(decodeURIComponent) }; break; }
+    if (m) {
+      // A hand-typed hash with a broken escape goes to the list, not to a blank page.
+      try { match = { nav, fn, args: m.slice(1).map(decodeURIComponent) }; } catch { match = null; }
+      break;
+    }
   }
   if (!match) {
     history.replaceState(null, '', '#/conversations');
