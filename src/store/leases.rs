@@ -118,6 +118,25 @@ impl Store {
         Ok(renewed == 1)
     }
 
+    /// Takes or keeps the duty `name` for `hold_ms` (on the database's clock):
+    /// true while this process holds it. Another process's hold is taken over only
+    /// once it lapsed.
+    pub async fn hold_duty(&self, name: &str, hold_ms: i64) -> StoreResult<bool> {
+        let now = self.now_sql();
+        let held = sqlx::query(sql(format!(
+            "INSERT INTO duties (name, holder, expires_at) VALUES ($1, $2, {now} + $3) \
+             ON CONFLICT (name) DO UPDATE SET holder = $2, expires_at = {now} + $3 \
+             WHERE duties.holder = $2 OR duties.expires_at < {now}"
+        )))
+        .bind(name)
+        .bind(self.owner())
+        .bind(hold_ms)
+        .execute(self.writer())
+        .await?
+        .rows_affected();
+        Ok(held == 1)
+    }
+
     /// Gives the lease up at a clean shutdown (nothing is left running then).
     pub async fn release_lease(&self) -> StoreResult<()> {
         sqlx::query("DELETE FROM leases WHERE owner = $1")

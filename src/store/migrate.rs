@@ -24,6 +24,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!(
     (3, "budgets", "common/0003_budgets.sql"),
     (4, "leases", "common/0004_leases.sql"),
     (6, "operators", "common/0006_operators.sql"),
+    (7, "duties", "common/0007_duties.sql"),
 );
 
 const POSTGRES: &[(i64, &str, &str)] = embedded!(
@@ -41,6 +42,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!(
         "postgres/0005_audit_no_truncate.sql"
     ),
     (6, "operators", "common/0006_operators.sql"),
+    (7, "duties", "common/0007_duties.sql"),
 );
 
 #[derive(Debug)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use deskbell::testkit::{Piece, Reply as Script};
 use serde_json::json;
 
-mod harness;
+pub(crate) mod harness;
 use harness::{Server, hanging, on_postgres, setup};
 
 async fn confirmed_call_killed_while_its_tool_runs(postgres: bool) {

@@ -26,6 +26,7 @@ mod postgres;
 mod provider;
 mod redis;
 mod refusals;
+mod replicas;
 mod support;
 mod tool_calls;
 mod turn_limits;

@@ -26,6 +26,11 @@ impl Drop for Server {
 
 /// `deskbell serve` on a fresh port, optionally aborting at a crash point.
 pub fn spawn(config: &Path, crash_at: Option<&str>) -> (Child, String) {
+    spawn_env(config, crash_at, &[])
+}
+
+/// Like `spawn`, with more environment variables.
+pub fn spawn_env(config: &Path, crash_at: Option<&str>, env: &[(&str, &str)]) -> (Child, String) {
     let port = crate::support::free_port();
     let mut command = deskbell_command();
     command
@@ -40,12 +45,17 @@ pub fn spawn(config: &Path, crash_at: Option<&str>) -> (Child, String) {
     if let Some(point) = crash_at {
         command.env("DESKBELL_CRASH_AT", point);
     }
+    command.envs(env.iter().copied());
     (command.spawn().unwrap(), format!("http://127.0.0.1:{port}"))
 }
 
 impl Server {
     pub async fn start(config: &Path, crash_at: Option<&str>) -> Server {
-        let (child, base) = spawn(config, crash_at);
+        Self::start_env(config, crash_at, &[]).await
+    }
+
+    pub async fn start_env(config: &Path, crash_at: Option<&str>, env: &[(&str, &str)]) -> Server {
+        let (child, base) = spawn_env(config, crash_at, env);
         let server = Server { child, base };
         let http = reqwest::Client::new();
         for _ in 0..400 {
@@ -175,6 +185,12 @@ pub struct Setup {
 }
 
 pub async fn setup(postgres: bool) -> Setup {
+    setup_with(postgres, "", "").await
+}
+
+/// Like `setup`, with `extra` lines in the configuration's `[server]` table and
+/// `acme` lines in the first site's (such as a `[site.limits]` table).
+pub async fn setup_with(postgres: bool, extra: &str, acme: &str) -> Setup {
     let llm = FakeLlm::start().await.unwrap();
     let hook = Webhook::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -185,11 +201,16 @@ pub async fn setup(postgres: bool) -> Setup {
     // A short lease, so that on PostgreSQL (where a start takes over only lapsed
     // leases) recovery comes within seconds.
     let text = format!(
-        "[server]\ndata_dir = \"{}\"\ndatabase_url = \"{database_url}\"\nlease_s = 3\n{}",
+        "[server]\ndata_dir = \"{}\"\ndatabase_url = \"{database_url}\"\nlease_s = 3\n{extra}{}",
         dir.path().display(),
         // The model stand-in pauses mid-answer longer than the suite's usual
         // stall limit.
-        support::config_text(&llm, &hook).replace("idle_timeout_s = 2", "idle_timeout_s = 300")
+        support::config_text(&llm, &hook)
+            .replace("idle_timeout_s = 2", "idle_timeout_s = 300")
+            .replace(
+                "identity_secret_env = \"ACME_IDENTITY_SECRET\"\n",
+                &format!("identity_secret_env = \"ACME_IDENTITY_SECRET\"\n{acme}\n"),
+            )
     );
     let config = dir.path().join("deskbell.toml");
     std::fs::write(&config, text).unwrap();
@@ -203,6 +224,10 @@ pub async fn setup(postgres: bool) -> Setup {
 }
 
 impl Setup {
+    pub fn dir(&self) -> &Path {
+        self._dir.path()
+    }
+
     pub async fn db(&self) -> sqlx::AnyPool {
         sqlx::any::install_default_drivers();
         sqlx::AnyPool::connect(&self.database_url).await.unwrap()

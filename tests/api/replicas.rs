@@ -1,0 +1,242 @@
+//! Replicas behind a real load balancer (SPEC §16): every guarantee holds across
+//! `deskbell serve` processes sharing one PostgreSQL database and one Redis, with
+//! HAProxy in front as an operator would run them.
+
+use std::time::Duration;
+
+use deskbell::testkit::{Piece, Reply as Script};
+use serde_json::json;
+
+mod cluster;
+use cluster::Cluster;
+
+use crate::crash::harness::hanging;
+use crate::support::RedisChild;
+
+fn slow(ms: u64) -> Script {
+    Script::Stream(vec![
+        Piece::Text("Let me see".into()),
+        Piece::Pause(Duration::from_millis(ms)),
+        Piece::Text(".".into()),
+    ])
+}
+
+#[tokio::test]
+async fn a_visitors_limit_holds_exactly_across_replicas_behind_the_balancer() {
+    let c = Cluster::start(3, None, "[site.limits]\nrequests_per_minute = 7", &[]).await;
+    let token = c.visitor().await;
+    for _ in 0..10 {
+        c.setup.llm.push(Script::text("Hello."));
+    }
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.push(c.ask(&token, json!({"message": "Hi"})).await.status);
+    }
+    let accepted = statuses.iter().filter(|s| **s == 200).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!((accepted, limited), (7, 3), "{statuses:?}");
+}
+
+#[tokio::test]
+async fn a_card_raised_on_one_replica_and_answered_thirty_times_across_them_runs_once() {
+    let limits = "[site.limits]\nrequests_per_minute = 1000\nconcurrent_streams_per_visitor = 100";
+    let c = Cluster::start(3, None, limits, &[]).await;
+    let token = c.visitor().await;
+    c.setup.llm.push(Script::tool_calls(&[(
+        "cancel_order",
+        json!({"order_id": 42}),
+    )]));
+    let raised = c
+        .replica(0)
+        .ask(&token, json!({"message": "Cancel order 42"}))
+        .await;
+    let conversation = raised.conversation();
+    let card = raised.event("confirm").clone();
+    for _ in 0..30 {
+        c.setup.llm.push(Script::text("Order 42 is cancelled."));
+    }
+    let body = json!({"conversation": conversation, "call": card["call"], "decision": "confirm", "signature": card["signature"]});
+    let answers = (0..30).map(|_| c.ask(&token, body.clone()));
+    let replies = futures_util::future::join_all(answers).await;
+    let won = replies.iter().filter(|r| r.status == 200).count();
+    let refused = replies
+        .iter()
+        .filter(|r| r.status == 409 && r.code() == "call_not_pending")
+        .count();
+    assert_eq!(
+        (won, refused),
+        (1, 29),
+        "{:?}",
+        replies.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    assert_eq!(c.setup.hook.calls().len(), 1, "the backend got one call");
+    let call = card["call"].as_str().unwrap();
+    let events = c.setup.audit(call).await;
+    assert_eq!(&events[..3], ["requested", "confirmed", "executed"]);
+    assert_eq!(
+        events.iter().filter(|e| *e == "refused:replayed").count(),
+        29
+    );
+}
+
+#[tokio::test]
+async fn a_killed_replica_frees_its_stream_slot_and_its_answer_is_failed() {
+    let c = Cluster::start(2, None, "[site.limits]\nconcurrent_streams = 1", &[]).await;
+    let token = c.visitor().await;
+    // One answer streams on replica 0 and holds the site's only slot.
+    c.setup.llm.push(slow(120_000));
+    c.replica(0)
+        .ask_in_background(&token, json!({"message": "Tell me everything"}));
+    while c.setup.llm.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let full = c.replica(1).ask(&token, json!({"message": "Me too"})).await;
+    assert_eq!(full.code(), "too_many_streams");
+
+    let killed = c.replica(0).base.clone();
+    let mut c = c;
+    c.replicas[0].take().unwrap().kill();
+    // The balancer notices the dead replica, and the slot lapses with its lease.
+    let mut served = None;
+    for _ in 0..150 {
+        c.setup.llm.push(Script::text("Now I can answer."));
+        let r = c.ask(&token, json!({"message": "And now?"})).await;
+        if r.status == 200 {
+            served = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(served.is_some(), "the slot came free within 30 s");
+    assert_ne!(killed, c.replica(1).base);
+    // The interrupted answer is failed (a live replica claimed it).
+    let db = c.setup.db().await;
+    let mut failed = 0;
+    for _ in 0..100 {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM messages WHERE status = 'failed'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        failed = n;
+        if n == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        failed, 1,
+        "the killed replica's answer is failed, not streaming forever"
+    );
+}
+
+#[tokio::test]
+async fn a_call_running_on_a_killed_replica_is_delivered_again_by_another_with_the_same_key() {
+    let c = Cluster::start(2, None, "", &[]).await;
+    let token = c.visitor().await;
+    c.setup.hook.push(hanging());
+    let (conversation, card) = c.replica(0).confirm_in_background(&c.setup, &token).await;
+    c.setup.wait_for_delivery("/cancel", 1).await;
+    let mut c = c;
+    c.replicas[0].take().unwrap().kill();
+    c.setup.llm.push(Script::text("Order 42 is cancelled [1]."));
+    let history = c.replica(1).settled_history(&token, &conversation, 3).await;
+    let call = card["call"].as_str().unwrap();
+    assert_eq!(
+        c.setup.audit(call).await,
+        ["requested", "confirmed", "executed"]
+    );
+    let keys = c.setup.idempotency_keys("/cancel");
+    assert_eq!(keys.len(), 2, "delivered again once");
+    assert!(
+        keys.iter().all(|k| k == call),
+        "with the same Idempotency-Key"
+    );
+    assert_eq!(history["messages"][2]["steps"][0]["status"], "succeeded");
+}
+
+#[tokio::test]
+async fn many_cards_expiring_at_once_on_three_replicas_give_one_expired_row_each() {
+    let limits = "[site.limits]\nrequests_per_minute = 1000";
+    let c = Cluster::start(
+        3,
+        None,
+        limits,
+        &[("DESKBELL_ACTION_APPROVAL_TTL_MIN", "0.02")],
+    )
+    .await;
+    let mut calls = Vec::new();
+    for _ in 0..12 {
+        let token = c.visitor().await;
+        c.setup.llm.push(Script::tool_calls(&[(
+            "cancel_order",
+            json!({"order_id": 42}),
+        )]));
+        let r = c.ask(&token, json!({"message": "Cancel order 42"})).await;
+        calls.push(r.event("confirm")["call"].as_str().unwrap().to_string());
+    }
+    let db = c.setup.db().await;
+    // No one answers: the replicas' sweeps (one at a time) expire them.
+    for _ in 0..400 {
+        let (pending,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM calls WHERE status = 'pending'")
+                .fetch_one(&db)
+                .await
+                .unwrap();
+        if pending == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for call in &calls {
+        let events = c.setup.audit(call).await;
+        assert_eq!(events, ["requested", "expired"], "{call}");
+    }
+}
+
+#[tokio::test]
+async fn asks_through_the_balancer_wait_for_redis_and_come_back_with_it() {
+    let mut redis = RedisChild::start().await;
+    let c = Cluster::start(2, Some(redis.url()), "", &[]).await;
+    let token = c.visitor().await;
+    c.setup.llm.push(Script::text("Hello."));
+    let first = c.ask(&token, json!({"message": "Hi"})).await;
+    assert_eq!(first.status, 200);
+    let conversation = first.conversation();
+    redis.stop();
+    for _ in 0..2 {
+        let r = c
+            .ask(
+                &token,
+                json!({"conversation": conversation, "message": "Still there?"}),
+            )
+            .await;
+        assert_eq!((r.status, r.code()), (503, "service_unavailable"));
+        assert!(r.headers.contains_key("retry-after"));
+    }
+    let history = c.replica(0).history(&token, &conversation).await;
+    assert_eq!(
+        history["messages"].as_array().unwrap().len(),
+        2,
+        "history does not need Redis"
+    );
+    redis.restart().await;
+    let mut back = 0;
+    for _ in 0..100 {
+        c.setup.llm.push(Script::text("Back."));
+        let r = c
+            .ask(
+                &token,
+                json!({"conversation": conversation, "message": "Now?"}),
+            )
+            .await;
+        if r.status == 200 {
+            back += 1;
+            if back == 2 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(back, 2, "both replicas serve asks again without a restart");
+}
