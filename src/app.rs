@@ -106,9 +106,10 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         anyhow::bail!("BETTER_AUTH_SECRET is not set");
     };
     let keys = Keys::derive(secret);
-    let store = Store::connect(
+    let store = Store::connect_with(
         &config.server.database_url(),
         config.server.sqlite_synchronous,
+        config.server.group_commit,
     )
     .await?
     .with_lease(Duration::from_secs_f64(config.server.lease_s));

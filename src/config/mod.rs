@@ -92,6 +92,9 @@ pub struct ServerConfig {
     /// Redis for the guards' counters shared by replicas (SPEC §16); without it
     /// they are per process.
     pub redis_url: Option<String>,
+    /// Whether turns' starts and ends are committed together on PostgreSQL (as
+    /// always on SQLite). On by default; off only to measure what it brings.
+    pub group_commit: bool,
 }
 
 impl Default for ServerConfig {
@@ -109,6 +112,7 @@ impl Default for ServerConfig {
             max_connections_per_ip: 256,
             idle_timeout_s: 60.0,
             redis_url: None,
+            group_commit: true,
         }
     }
 }

@@ -68,7 +68,6 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(&bind)
         .await
         .with_context(|| format!("cannot listen on {bind} (is another demo running?)"))?;
-    println!("Deskbell demo: open http://{bind}/ in a browser. Data is kept in {DATA_DIR}.");
     println!("Operator console: http://{bind}/console");
     match operator {
         Some(password) => println!(
@@ -78,6 +77,8 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
             "  sign in as {DEMO_OPERATOR} (its password was printed on the demo's first start)"
         ),
     }
+    // The last line printed: whoever reads the demo's output may stop there.
+    println!("Deskbell demo: open http://{bind}/ in a browser. Data is kept in {DATA_DIR}.");
     crate::routes::serve(app, router, listener, crate::server::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -2,8 +2,10 @@
 //! end are what its latency is made of, so they go through one task that takes
 //! every start and end waiting at that moment and commits them together, each in
 //! its own savepoint (a failing one rolls back alone), and answers each caller
-//! only once the commit is on disk. On PostgreSQL each runs in its own
-//! transaction.
+//! only once the commit is on disk. On PostgreSQL it does the same (unless
+//! `[server] group_commit = false`): there every start and end updates its
+//! site's budget row, and separate transactions would queue on that row's lock,
+//! one commit after another.
 
 use tokio::sync::{mpsc, oneshot};
 

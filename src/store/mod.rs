@@ -124,6 +124,17 @@ impl Store {
     /// Connects, creating the SQLite file and its folder if missing, and applies the
     /// migrations of the backend.
     pub async fn connect(url: &str, durability: Durability) -> anyhow::Result<Store> {
+        Self::connect_with(url, durability, true).await
+    }
+
+    /// Like `connect`; `group_commit` off makes each turn's start and end a
+    /// transaction of its own on PostgreSQL too (`[server] group_commit`, a
+    /// switch for measuring what the group commit brings).
+    pub async fn connect_with(
+        url: &str,
+        durability: Durability,
+        group_commit: bool,
+    ) -> anyhow::Result<Store> {
         sqlx::any::install_default_drivers();
         let (backend, url) = if url.starts_with("sqlite:") {
             (Backend::Sqlite, prepare_sqlite_url(url)?)
@@ -176,9 +187,12 @@ impl Store {
                 let pool = open(16).await.with_context(context)?;
                 Store {
                     writer: pool.clone(),
+                    // Every turn's start and end lock its site's budget row: in
+                    // separate transactions they queue on that lock one commit
+                    // at a time; together they share one.
+                    group: group_commit.then(|| group::GroupCommit::start(pool.clone())),
                     pool,
                     backend,
-                    group: None,
                     owner: crate::ids::new_id("p").into(),
                     lease_ms: leases::DEFAULT_LEASE_MS,
                     file_lock: None,

@@ -166,4 +166,21 @@ async fn the_demo_still_starts_when_the_default_model_cannot_be_fetched() {
     assert_eq!(page.status(), 200);
     let reply = demo_ask(&demo, "hello").await;
     assert_eq!((reply.status, reply.code()), (503, "provider_unavailable"));
+    // The demo's operator, printed once, signs in to the console.
+    let password = printed
+        .split("with the password ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no operator password in {printed}"));
+    let console = reqwest::get(format!("{}/console", demo.base))
+        .await
+        .unwrap();
+    assert_eq!(console.status(), 200);
+    let signed_in = reqwest::Client::new()
+        .post(format!("{}/v1/operator/session", demo.base))
+        .json(&serde_json::json!({"email": "admin@demo.deskbell", "password": password}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), 200);
 }

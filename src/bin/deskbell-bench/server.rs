@@ -26,8 +26,8 @@ pub fn config(
     port: u16,
     dir: &std::path::Path,
     knowledge: Option<&std::path::Path>,
+    database_url: &str,
 ) -> String {
-    let db = dir.join("bench.db");
     let knowledge = knowledge
         .map(|k| format!("knowledge = [\"{}\"]", k.display()))
         .unwrap_or_default();
@@ -36,8 +36,9 @@ pub fn config(
 [server]
 data_dir = "{data}"
 bind = "127.0.0.1:{port}"
-database_url = "sqlite://{db}"
+database_url = "{database_url}"
 sqlite_synchronous = "{sync}"
+group_commit = {group}
 
 [llm]
 base_url = "{llm}"
@@ -72,8 +73,8 @@ concurrent_streams_per_visitor = 1000
 concurrent_streams = 100000
 daily_token_budget = 1000000000000
 "#,
-        db = db.display(),
         data = dir.display(),
+        group = std::env::var("BENCH_GROUP_COMMIT").map_or(true, |v| v != "off"),
         sync = std::env::var("BENCH_SQLITE_SYNCHRONOUS").unwrap_or_else(|_| "full".into()),
         llm = llm.base_url,
         hook = hook.url("/cancel"),
@@ -109,7 +110,11 @@ pub async fn start_in(
         .local_addr()?
         .port();
     let path = dir.join("bench.toml");
-    std::fs::write(&path, config(llm, hook, port, dir, knowledge))?;
+    let database_url = database(dir).await?;
+    std::fs::write(
+        &path,
+        config(llm, hook, port, dir, knowledge, &database_url),
+    )?;
     let started = Instant::now();
     let child = Command::new(deskbell_binary()?)
         .args(["serve", "--config"])
@@ -141,6 +146,23 @@ pub async fn start_in(
         child,
         _dir: None,
     })
+}
+
+/// The server's database: a SQLite file in `dir`, or with `BENCH_POSTGRES` (a
+/// server URL such as `postgres://postgres@127.0.0.1:5432`) a fresh PostgreSQL
+/// database on that server.
+async fn database(dir: &std::path::Path) -> anyhow::Result<String> {
+    let Ok(server) = std::env::var("BENCH_POSTGRES") else {
+        return Ok(format!("sqlite://{}", dir.join("bench.db").display()));
+    };
+    sqlx::any::install_default_drivers();
+    let admin = sqlx::AnyPool::connect(&format!("{server}/postgres")).await?;
+    let name = deskbell::ids::new_id("bench");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    Ok(format!("{server}/{name}"))
 }
 
 impl Server {
