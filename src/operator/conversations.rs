@@ -61,9 +61,17 @@ pub async fn list(
         q: query.q,
         before: query.cursor.as_deref().map(parse_cursor).transpose()?,
         limit: limit + 1,
+        window: crate::store::SEARCH_WINDOW,
     };
-    let rows = app.store.list_conversations(&filter).await?;
-    let (rows, next_cursor) = page(rows, limit, |r| cursor(r.created_at, &r.id));
+    let (rows, window_end) = app.store.list_conversations(&filter).await?;
+    let (rows, mut next_cursor) = page(rows, limit, |r| cursor(r.created_at, &r.id));
+    // A word search that read its whole window goes on after it, even when the
+    // window held fewer matches than the page.
+    if next_cursor.is_none()
+        && let Some((at, id)) = window_end
+    {
+        next_cursor = Some(cursor(at, &id));
+    }
     Ok(Json(Page {
         items: rows.into_iter().map(summary).collect(),
         next_cursor,

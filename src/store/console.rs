@@ -56,6 +56,8 @@ pub struct ConversationFilter {
     /// Only conversations before this one (its start and id), for the next page.
     pub before: Option<(Millis, String)>,
     pub limit: i64,
+    /// Conversations a word search reads at most (`SEARCH_WINDOW`).
+    pub window: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -75,6 +77,24 @@ pub struct ConversationListRow {
     pub pending: Option<(String, String, String, Option<Millis>)>,
 }
 
+/// Conversations one page of a word search reads at most.
+pub const SEARCH_WINDOW: i64 = 5_000;
+
+/// Where a page of conversations starts: its site and its cursor.
+fn place_clauses(filter: &ConversationFilter, binds: &mut Binds) -> Vec<String> {
+    let mut clauses = Vec::new();
+    if let Some(site) = &filter.site {
+        clauses.push(format!("c.site = {}", binds.text(site)));
+    }
+    if let Some((at, id)) = &filter.before {
+        let (at1, at2, id) = (binds.int(*at), binds.int(*at), binds.text(id));
+        clauses.push(format!(
+            "(c.created_at < {at1} OR (c.created_at = {at2} AND c.id < {id}))"
+        ));
+    }
+    clauses
+}
+
 /// `LIKE` pattern for a substring, with the wildcards escaped. Both sides go
 /// through the database's `LOWER`, so the search ignores case as far as the
 /// backend's `LOWER` knows it (ASCII on SQLite, Unicode on PostgreSQL).
@@ -88,19 +108,27 @@ fn like_pattern(q: &str) -> String {
 
 impl Store {
     /// One page of conversations, newest first.
+    /// With a text search, also the oldest conversation the page looked at when
+    /// it stopped at its window (`filter.window`): the next page starts there.
     pub async fn list_conversations(
         &self,
         filter: &ConversationFilter,
-    ) -> StoreResult<Vec<ConversationListRow>> {
+    ) -> StoreResult<(Vec<ConversationListRow>, Option<(Millis, String)>)> {
         let mut binds = Binds::default();
-        let mut clauses = Vec::new();
-        if let Some(site) = &filter.site {
-            clauses.push(format!("c.site = {}", binds.text(site)));
-        }
-        if let Some((at, id)) = &filter.before {
+        let mut clauses = place_clauses(filter, &mut binds);
+        let words = filter.q.as_deref().map(str::trim).filter(|q| {
+            !q.is_empty() && !crate::ids::is_valid("c", q) && !crate::ids::is_valid("v", q)
+        });
+        // A search for words reads messages, so one page reads at most a window of
+        // conversations: a word found nowhere costs one window, not the table.
+        let window_end = match words {
+            Some(_) => self.window_end(filter).await?,
+            None => None,
+        };
+        if let Some((at, id)) = &window_end {
             let (at1, at2, id) = (binds.int(*at), binds.int(*at), binds.text(id));
             clauses.push(format!(
-                "(c.created_at < {at1} OR (c.created_at = {at2} AND c.id < {id}))"
+                "(c.created_at > {at1} OR (c.created_at = {at2} AND c.id >= {id}))"
             ));
         }
         if filter.pending {
@@ -127,8 +155,8 @@ impl Store {
         }
         if let Some(q) = filter.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
             // An id finds its conversations through an index; anything else is a
-            // user id or words of the messages, which a scan reads newest first
-            // until the page is full.
+            // user id or words of the messages, read newest first within the
+            // page's window.
             if crate::ids::is_valid("c", q) {
                 clauses.push(format!("c.id = {}", binds.text(q)));
             } else if crate::ids::is_valid("v", q) {
@@ -173,7 +201,35 @@ impl Store {
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.fill_latest(&mut list).await?;
-        Ok(list)
+        Ok((list, window_end))
+    }
+
+    /// The `window`-th conversation from where the page starts, if the
+    /// list goes on that far.
+    async fn window_end(
+        &self,
+        filter: &ConversationFilter,
+    ) -> StoreResult<Option<(Millis, String)>> {
+        let mut binds = Binds::default();
+        let clauses = place_clauses(filter, &mut binds);
+        let filter_sql = match clauses.is_empty() {
+            true => String::new(),
+            false => format!("WHERE {}", clauses.join(" AND ")),
+        };
+        let offset = binds.int(filter.window.max(1) - 1);
+        let rows = binds
+            .fetch(
+                self,
+                format!(
+                    "SELECT c.created_at, c.id FROM conversations c {filter_sql} \
+                     ORDER BY c.created_at DESC, c.id DESC LIMIT 1 OFFSET {offset}"
+                ),
+            )
+            .await?;
+        Ok(match rows.first() {
+            Some(r) => Some((r.try_get("created_at")?, r.try_get("id")?)),
+            None => None,
+        })
     }
 
     /// The latest message of each role, and the pending card, of each listed

@@ -27,7 +27,7 @@ pub use crate::states::{AuditEvent, CallKind, CallStatus, MessageStatus, Reason,
 pub use audit::AuditRow;
 pub use calls::CallRow;
 pub use cards::Decided;
-pub use console::{AuditFilter, ConversationFilter, ConversationListRow};
+pub use console::{AuditFilter, ConversationFilter, ConversationListRow, SEARCH_WINDOW};
 pub use conversations::{MessageRow, STREAMING};
 pub use error::{StoreError, StoreResult};
 pub use leases::{Claimed, StreamingAnswer};

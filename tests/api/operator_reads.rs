@@ -461,3 +461,35 @@ async fn the_live_stream_ends_once_its_session_is_signed_out() {
         "nothing reached a signed-out console: {body}"
     );
 }
+
+#[tokio::test]
+async fn a_word_search_reads_a_window_at_a_time_and_its_cursor_goes_on() {
+    let t = TestApp::start().await;
+    let visitor = t.visitor().await;
+    let mut conversations = Vec::new();
+    for question in ["Where is my kettle?", "Hello", "Hi", "Hey", "Good day"] {
+        t.llm.push(Script::text("Sure."));
+        conversations.push(t.question(&visitor, None, question).await.conversation());
+        t.clock.advance_ms(1000);
+    }
+    // Only the oldest mentions a kettle; with a window of two, pages go on
+    // until they reach it.
+    let mut filter = deskbell::store::ConversationFilter {
+        q: Some("KETTLE".into()),
+        limit: 51,
+        window: 2,
+        ..Default::default()
+    };
+    let mut pages = 0;
+    let found = loop {
+        pages += 1;
+        let (rows, window_end) = t.app.store.list_conversations(&filter).await.unwrap();
+        if let Some(row) = rows.first() {
+            break row.id.clone();
+        }
+        filter.before = Some(window_end.expect("an empty page of a search goes on"));
+        assert!(pages < 5);
+    };
+    assert_eq!(found, conversations[0]);
+    assert_eq!(pages, 3, "windows of 2, 2 and the last one");
+}
