@@ -133,7 +133,7 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         .iter()
         .filter_map(|p| p.parse().ok())
         .collect();
-    let knowledge = Knowledge::open(&config).await?;
+    let knowledge = Knowledge::open_shared(&config, &store).await?;
     let counters: Arc<dyn Counters> = match (overrides.counters, &config.server.redis_url) {
         (Some(counters), _) => counters,
         (None, Some(url)) => Arc::new(RedisCounters::connect(

@@ -101,7 +101,7 @@ pub fn main() -> ExitCode {
             Command::Serve { config } => serve(config, &env).await,
             Command::Demo => crate::demo::run(&env).await,
             Command::Check { config } => check(config, &env),
-            Command::Ingest { config, site } => ingest(config, site).await,
+            Command::Ingest { config, site } => ingest(config, site, &env).await,
             Command::Audit {
                 command:
                     AuditCommand::Export {
@@ -202,8 +202,12 @@ fn check(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn ingest(path: PathBuf, only: Option<String>) -> anyhow::Result<ExitCode> {
+/// Publishes each site's knowledge to the database (every running replica brings
+/// its index up to date within seconds) and updates this machine's index.
+async fn ingest(path: PathBuf, only: Option<String>, env: &Env) -> anyhow::Result<ExitCode> {
     let config = Config::load_unchecked(&path)?;
+    let store = command_store(Some(path.clone()), env).await?;
+    let knowledge = crate::knowledge::Knowledge::default();
     let sites: Vec<_> = config
         .sites
         .iter()
@@ -214,7 +218,9 @@ async fn ingest(path: PathBuf, only: Option<String>) -> anyhow::Result<ExitCode>
         return Ok(ExitCode::from(1));
     }
     for site in sites {
-        let r = crate::knowledge::ingest_site(&config.server.data_dir, site).await?;
+        let r = knowledge
+            .ingest(&store, &config.server.data_dir, site)
+            .await?;
         println!(
             "{}: {} added, {} updated, {} unchanged, {} removed ({} chunks written)",
             site.id, r.added, r.updated, r.unchanged, r.removed, r.chunks

@@ -87,6 +87,7 @@ pub async fn serve(
         tracing::error!(error = format!("{e:#}"), "recovery at start failed");
     }
     let sweeper = tokio::spawn(crate::confirm::expiry::sweep_forever(app.clone()));
+    let knowledge = tokio::spawn(crate::knowledge::shared::follow_forever(app.clone()));
     let lease = tokio::spawn(crate::ask::lease_forever(app.clone()));
     let server = &app.config.server;
     let limits = crate::server::limits::Limits {
@@ -98,6 +99,7 @@ pub async fn serve(
     let proxies = app.trusted_proxies.clone();
     crate::server::run(listener, router, limits, proxies, shutdown).await?;
     sweeper.abort();
+    knowledge.abort();
     app.turns.close();
     if tokio::time::timeout(Duration::from_secs(30), app.turns.wait())
         .await

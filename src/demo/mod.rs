@@ -54,13 +54,16 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
         println!("{LOCAL_MODEL}");
         use_local_model(&mut config.llm).await;
     }
-    // The bundled documents may have changed with this version: bring the index up
-    // to date (unchanged documents are skipped).
-    for site in &config.sites {
-        let report = crate::knowledge::ingest_site(&config.server.data_dir, site).await?;
+    let app = crate::app::build(config, Default::default()).await?;
+    // The bundled documents may have changed with this version: publish them again
+    // (unchanged documents are skipped).
+    for site in &app.config.sites {
+        let report = app
+            .knowledge
+            .ingest(&app.store, &app.config.server.data_dir, site)
+            .await?;
         crate::knowledge::log_report(&site.id, &report);
     }
-    let app = crate::app::build(config, Default::default()).await?;
     let operator = demo_operator(&app).await?;
     let router = crate::routes::router(app.clone())
         .merge(shop::router(tools_secret.into_bytes(), app.clock.clone()))

@@ -8,24 +8,32 @@ mod document;
 mod fetch_guard;
 mod html;
 mod index;
+pub mod shared;
 mod source;
 mod web;
 
+pub use document::Document;
 pub use index::{Passage, Report};
 pub use source::Skipped;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use crate::config::{Config, SiteConfig};
 
 /// Passages given to the model per question.
 pub const PASSAGES: usize = 6;
 
+/// Each site's search index. With `open_shared` (the server's way) the indexes
+/// are caches of the database's documents, kept current by `follow_forever`.
 #[derive(Default)]
 pub struct Knowledge {
-    sites: HashMap<String, Arc<index::SiteIndex>>,
+    sites: RwLock<HashMap<String, Arc<index::SiteIndex>>>,
+    /// The database's knowledge version each site's index was last brought to.
+    versions: std::sync::Mutex<HashMap<String, i64>>,
+    /// One writer of the local indexes at a time.
+    writing: tokio::sync::Mutex<()>,
 }
 
 impl Knowledge {
@@ -40,7 +48,15 @@ impl Knowledge {
             }
             sites.insert(site.id.clone(), Arc::new(index::SiteIndex::open(&dir)?));
         }
-        Ok(Knowledge { sites })
+        Ok(Knowledge {
+            sites: RwLock::new(sites),
+            ..Default::default()
+        })
+    }
+
+    fn index(&self, site: &str) -> Option<Arc<index::SiteIndex>> {
+        let sites = self.sites.read().unwrap_or_else(|e| e.into_inner());
+        sites.get(site).cloned()
     }
 
     /// The passages most relevant to a question, off the async threads.
@@ -55,7 +71,7 @@ impl Knowledge {
         question: &str,
         limit: usize,
     ) -> anyhow::Result<Vec<Passage>> {
-        let Some(index) = self.sites.get(site).cloned() else {
+        let Some(index) = self.index(site) else {
             return Ok(Vec::new());
         };
         let question = question.to_string();
@@ -65,14 +81,14 @@ impl Knowledge {
     /// Makes a site's searches see its latest ingest at once, rather than after
     /// the reader's own reload delay.
     pub fn reload(&self, site: &str) -> anyhow::Result<()> {
-        match self.sites.get(site) {
+        match self.index(site) {
             Some(index) => index.reload(),
             None => Ok(()),
         }
     }
 
     pub fn has(&self, site: &str) -> bool {
-        self.sites.contains_key(site)
+        self.index(site).is_some()
     }
 }
 

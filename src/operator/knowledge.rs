@@ -15,9 +15,6 @@ use crate::knowledge::Report;
 use crate::secret::loggable_url;
 use crate::wire::{Items, KnowledgeView, PassageView, ReportView, SearchView, SkippedView};
 
-/// One ingest at a time per process: two writers of one index would collide.
-static INGESTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 pub async fn list(
     State(app): State<App>,
     _: Operator,
@@ -53,10 +50,11 @@ pub async fn ingest(
     operator.require_admin()?;
     let site = known_site(&app, &site)?;
     let config = site.config.clone();
-    let _one = INGESTING.lock().await;
-    let report = crate::knowledge::ingest_site(&app.config.server.data_dir, &config).await?;
+    let report = app
+        .knowledge
+        .ingest(&app.store, &app.config.server.data_dir, &config)
+        .await?;
     crate::knowledge::log_report(&config.id, &report);
-    app.knowledge.reload(&config.id)?;
     let view = report_view(&report, app.clock.now_ms());
     let text = serde_json::to_string(&view).map_err(|e| ApiError::Internal(e.into()))?;
     app.store

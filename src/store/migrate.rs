@@ -25,6 +25,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!(
     (4, "leases", "common/0004_leases.sql"),
     (6, "operators", "common/0006_operators.sql"),
     (7, "duties", "common/0007_duties.sql"),
+    (8, "knowledge", "common/0008_knowledge.sql"),
 );
 
 const POSTGRES: &[(i64, &str, &str)] = embedded!(
@@ -43,6 +44,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!(
     ),
     (6, "operators", "common/0006_operators.sql"),
     (7, "duties", "common/0007_duties.sql"),
+    (8, "knowledge", "common/0008_knowledge.sql"),
 );
 
 #[derive(Debug)]

@@ -14,6 +14,7 @@ mod conversations;
 mod error;
 mod group;
 mod installation;
+mod knowledge;
 mod leases;
 mod migrate;
 mod operators;

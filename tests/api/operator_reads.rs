@@ -493,3 +493,65 @@ async fn a_word_search_reads_a_window_at_a_time_and_its_cursor_goes_on() {
     assert_eq!(found, conversations[0]);
     assert_eq!(pages, 3, "windows of 2, 2 and the last one");
 }
+
+#[tokio::test]
+async fn knowledge_ingested_through_one_replica_is_cited_by_another_within_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(
+        docs.join("shipping.md"),
+        "# Shipping\n\nStandard shipping takes 3 to 5 working days.",
+    )
+    .unwrap();
+    let source = KnowledgeSource::Folder {
+        allow_private: false,
+        path: docs.display().to_string(),
+        base_url: None,
+    };
+    // Each replica keeps its index on its own disk.
+    let (a_data, b_data) = (dir.path().join("a"), dir.path().join("b"));
+    let a = TestApp::with(|c| {
+        c.server.data_dir = a_data.clone();
+        c.sites[0].knowledge = vec![source.clone()];
+    })
+    .await;
+    let b = a
+        .replica(|c| {
+            c.server.data_dir = b_data.clone();
+            c.sites[0].knowledge = vec![source.clone()];
+        })
+        .await;
+    std::fs::write(
+        docs.join("returns.md"),
+        "# Returns\n\nReturn any kettle within 30 days.",
+    )
+    .unwrap();
+    let admin = a.console(OperatorRole::Admin).await;
+    let r = admin
+        .send(
+            Method::POST,
+            "/v1/operator/knowledge/acme/ingest",
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.json["added"], 1, "{:?}", r.json);
+    let visitor = b.visitor().await;
+    let mut cited = None;
+    for _ in 0..40 {
+        b.llm.push(Script::text("Within 30 days [1]."));
+        let r = b
+            .question(&visitor, None, "How do I return a kettle?")
+            .await;
+        let title = r.event("citations")["items"][0]["title"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if title.contains("Returns") {
+            cited = Some(title);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(cited.is_some(), "the other replica's index never caught up");
+}
