@@ -72,7 +72,14 @@ async fn a_card_raised_on_one_replica_and_answered_thirty_times_across_them_runs
     assert_eq!(c.setup.hook.calls().len(), 1, "the backend got one call");
     let call = card["call"].as_str().unwrap();
     let events = c.setup.audit(call).await;
-    assert_eq!(&events[..3], ["requested", "confirmed", "executed"]);
+    // The refusals of the losing answers may be written while the winner runs.
+    for once in ["requested", "confirmed", "executed"] {
+        assert_eq!(
+            events.iter().filter(|e| *e == once).count(),
+            1,
+            "{once}: {events:?}"
+        );
+    }
     assert_eq!(
         events.iter().filter(|e| *e == "refused:replayed").count(),
         29
