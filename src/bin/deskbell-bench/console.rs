@@ -101,7 +101,7 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
             "/v1/operator/conversations?q=order".into(),
         ),
         (
-            "conversations, text search (word in no message: reads them all)",
+            "conversations, text search (word in no message: one 5,000-conversation window)",
             "/v1/operator/conversations?q=kettle".into(),
         ),
         (
