@@ -45,34 +45,38 @@ pub(super) async fn reserve_in(
     tx: &mut super::Tx<'_>,
     share: &BudgetShare,
 ) -> Result<Reservation, sqlx::Error> {
-    sqlx::query("INSERT INTO budgets (site, day, spent, reserved) VALUES ($1, $2, 0, 0) ON CONFLICT DO NOTHING")
-        .bind(&share.site)
-        .bind(&share.day)
-        .execute(&mut **tx)
-        .await?;
-    let done = sqlx::query("UPDATE budgets SET reserved = reserved + $3 WHERE site = $1 AND day = $2 AND spent + reserved < $4")
-        .bind(&share.site)
-        .bind(&share.day)
-        .bind(share.reserved)
-        .bind(share.limit)
-        .execute(&mut **tx)
-        .await?;
+    // One statement: the day's first turn creates the row with its share, a later
+    // one adds its share while the day's budget is not spent. (One round trip
+    // fewer per turn, which PostgreSQL's group commit feels.)
+    let done = sqlx::query(
+        "INSERT INTO budgets (site, day, spent, reserved) SELECT $1, $2, 0, $3 WHERE 0 < $4 \
+         ON CONFLICT (site, day) DO UPDATE SET reserved = budgets.reserved + $3 \
+         WHERE budgets.spent + budgets.reserved < $4",
+    )
+    .bind(&share.site)
+    .bind(&share.day)
+    .bind(share.reserved)
+    .bind(share.limit)
+    .execute(&mut **tx)
+    .await?;
     if done.rows_affected() == 1 {
         return Ok(Reservation::Reserved);
     }
     let row = sqlx::query("SELECT spent, reserved FROM budgets WHERE site = $1 AND day = $2")
         .bind(&share.site)
         .bind(&share.day)
-        .fetch_one(&mut **tx)
+        .fetch_optional(&mut **tx)
         .await?;
-    Ok(
-        match judge(row.try_get("spent")?, row.try_get("reserved")?, share.limit) {
-            // The row changed between the two statements only on another connection's
-            // commit; either way this turn did not reserve.
-            Reservation::Reserved => Reservation::Held,
-            other => other,
-        },
-    )
+    let (spent, reserved) = match row {
+        Some(row) => (row.try_get("spent")?, row.try_get("reserved")?),
+        None => (0, 0),
+    };
+    Ok(match judge(spent, reserved, share.limit) {
+        // The row changed between the two statements only on another connection's
+        // commit; either way this turn did not reserve.
+        Reservation::Reserved => Reservation::Held,
+        other => other,
+    })
 }
 
 /// Settles a turn's reservation to what it spent, only while its answer is still

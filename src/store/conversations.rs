@@ -54,6 +54,56 @@ where
     Ok(())
 }
 
+/// Inserts several messages with one statement.
+pub(super) async fn insert_messages<'e, E>(
+    executor: E,
+    messages: &[&MessageRow],
+) -> Result<(), sqlx::Error>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    let values: Vec<String> = (0..messages.len())
+        .map(|i| {
+            let n = i * 11;
+            format!(
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5,
+                n + 6,
+                n + 7,
+                n + 8,
+                n + 9,
+                n + 10,
+                n + 11
+            )
+        })
+        .collect();
+    let text = format!(
+        "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved) VALUES {}",
+        values.join(", ")
+    );
+    let mut query = sqlx::query(super::sql(text));
+    for m in messages {
+        query = query
+            .bind(&m.id)
+            .bind(&m.conversation)
+            .bind(&m.turn)
+            .bind(m.role.as_str())
+            .bind(&m.text)
+            .bind(m.status.as_str())
+            .bind(&m.citations)
+            .bind(m.created_at)
+            .bind(&m.owner)
+            .bind(&m.budget_day)
+            .bind(m.reserved);
+    }
+    query.execute(executor).await?;
+    Ok(())
+}
+
 fn message(row: &AnyRow) -> Result<MessageRow, sqlx::Error> {
     Ok(MessageRow {
         id: row.try_get("id")?,

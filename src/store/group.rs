@@ -1,8 +1,8 @@
 //! The group commit. On SQLite every commit is an fsync, and a turn's start and
 //! end are what its latency is made of, so they go through one task that takes
-//! every start and end waiting at that moment and commits them together, each in
-//! its own savepoint (a failing one rolls back alone), and answers each caller
-//! only once the commit is on disk. On PostgreSQL it does the same (unless
+//! every start and end waiting at that moment and commits them together (a batch
+//! that fails runs again one job at a time, so a failing one fails alone), and
+//! answers each caller only once the commit is on disk. On PostgreSQL it does the same (unless
 //! `[server] group_commit = false`): there every start and end updates its
 //! site's budget row, and separate transactions would queue on that row's lock,
 //! one commit after another.
@@ -17,8 +17,8 @@ use super::{Reservation, Store};
 const BATCH: usize = 128;
 
 enum Job {
-    Start(Box<TurnStart>, oneshot::Sender<Result<Reservation, String>>),
-    End(TurnEnd, oneshot::Sender<Result<(), String>>),
+    Start(Box<TurnStart>, oneshot::Sender<StartOutcome>),
+    End(TurnEnd, oneshot::Sender<EndOutcome>),
 }
 
 /// The sending side of the group-commit task.
@@ -95,58 +95,85 @@ async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
     }
 }
 
-/// A job's outcome, told to its caller only after the commit.
-enum Done {
-    Start(
-        oneshot::Sender<Result<Reservation, String>>,
-        Result<Reservation, String>,
-    ),
-    End(oneshot::Sender<Result<(), String>>, Result<(), String>),
+/// What a job's caller is told, only after the commit.
+type StartOutcome = Result<Reservation, String>;
+type EndOutcome = Result<(), String>;
+
+/// Commits a batch: first all of it in one transaction, with no savepoints (each
+/// one is two more round trips per job on PostgreSQL). A start refused for its
+/// budget writes nothing before the refusal, so it needs no undoing. If any
+/// statement fails, the batch is rolled back and each job runs again in its own
+/// transaction, so one bad job fails alone.
+async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
+    match together(writer, &batch).await {
+        Ok(outcomes) => {
+            for (job, outcome) in batch.into_iter().zip(outcomes) {
+                match (job, outcome) {
+                    (Job::Start(_, reply), Outcome::Start(o)) => drop(reply.send(o)),
+                    (Job::End(_, reply), Outcome::End(o)) => drop(reply.send(o)),
+                    // `together` answers each job in its own kind.
+                    (Job::Start(_, reply), Outcome::End(_)) => {
+                        drop(reply.send(Err("the group commit mixed up its jobs".into())))
+                    }
+                    (Job::End(_, reply), Outcome::Start(_)) => {
+                        drop(reply.send(Err("the group commit mixed up its jobs".into())))
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "a group commit failed; its writes run one by one");
+            for job in batch {
+                alone(writer, job).await;
+            }
+        }
+    }
 }
 
-async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
-    let mut done = Vec::with_capacity(batch.len());
-    let result = async {
-        let mut tx = writer.begin().await?;
-        for job in batch {
-            // Each write in its own savepoint: dropping it uncommitted rolls back
-            // that write alone.
-            let mut savepoint = sqlx::Acquire::begin(&mut tx).await?;
-            match job {
-                Job::Start(start, reply) => match begin_in(&mut savepoint, &start).await {
-                    Ok(Reservation::Reserved) => {
-                        savepoint.commit().await?;
-                        done.push(Done::Start(reply, Ok(Reservation::Reserved)));
-                    }
-                    Ok(other) => done.push(Done::Start(reply, Ok(other))),
-                    Err(e) => done.push(Done::Start(reply, Err(e.to_string()))),
-                },
-                Job::End(end, reply) => match end_in(&mut savepoint, &end).await {
-                    Ok(()) => {
-                        savepoint.commit().await?;
-                        done.push(Done::End(reply, Ok(())));
-                    }
-                    Err(e) => done.push(Done::End(reply, Err(e.to_string()))),
-                },
+enum Outcome {
+    Start(StartOutcome),
+    End(EndOutcome),
+}
+
+async fn together(writer: &sqlx::AnyPool, batch: &[Job]) -> Result<Vec<Outcome>, sqlx::Error> {
+    let mut tx = writer.begin().await?;
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for job in batch {
+        outcomes.push(match job {
+            Job::Start(start, _) => Outcome::Start(Ok(begin_in(&mut tx, start).await?)),
+            Job::End(end, _) => {
+                end_in(&mut tx, end).await?;
+                Outcome::End(Ok(()))
             }
-        }
-        tx.commit().await?;
-        Ok::<(), sqlx::Error>(())
+        });
     }
-    .await;
-    for d in done {
-        match (d, &result) {
-            (Done::Start(reply, outcome), Ok(())) => drop(reply.send(outcome)),
-            (Done::End(reply, outcome), Ok(())) => drop(reply.send(outcome)),
-            (Done::Start(reply, _), Err(e)) => {
-                drop(reply.send(Err(format!("the commit failed: {e}"))))
+    tx.commit().await?;
+    Ok(outcomes)
+}
+
+/// One job in a transaction of its own, after its batch failed.
+async fn alone(writer: &sqlx::AnyPool, job: Job) {
+    match job {
+        Job::Start(start, reply) => {
+            let outcome = async {
+                let mut tx = writer.begin().await?;
+                let started = begin_in(&mut tx, &start).await?;
+                if started == Reservation::Reserved {
+                    tx.commit().await?;
+                }
+                Ok::<_, sqlx::Error>(started)
             }
-            (Done::End(reply, _), Err(e)) => {
-                drop(reply.send(Err(format!("the commit failed: {e}"))))
-            }
+            .await;
+            drop(reply.send(outcome.map_err(|e| e.to_string())));
         }
-    }
-    if let Err(e) = result {
-        tracing::error!(error = %e, "a group commit failed");
+        Job::End(end, reply) => {
+            let outcome = async {
+                let mut tx = writer.begin().await?;
+                end_in(&mut tx, &end).await?;
+                tx.commit().await
+            }
+            .await;
+            drop(reply.send(outcome.map_err(|e| e.to_string())));
+        }
     }
 }

@@ -1,9 +1,8 @@
 //! The writes at the start and the end of a turn, as SQL that joins whatever
-//! transaction it is given: its own on PostgreSQL, a group commit's savepoint on
-//! SQLite (`group.rs`).
+//! transaction it is given: a group commit's (`group.rs`), or its own.
 
 use super::cards::{expire_in, supersede_in};
-use super::conversations::insert_message;
+use super::conversations::insert_messages;
 use super::{BudgetShare, MessageRow, Reservation};
 use crate::clock::Millis;
 use crate::wire::Usage;
@@ -62,8 +61,7 @@ pub(super) async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservati
         expire_in(tx, t.now, Some(&t.conversation)).await?;
         supersede_in(tx, &t.conversation, t.now).await?;
     }
-    insert_message(&mut **tx, &t.visitor_message).await?;
-    insert_message(&mut **tx, &t.bubble).await?;
+    insert_messages(&mut **tx, &[&t.visitor_message, &t.bubble]).await?;
     Ok(Reservation::Reserved)
 }
 

@@ -114,3 +114,59 @@ async fn answers_racing_new_questions_in_one_conversation_never_deadlock() {
         assert_eq!(question.status, 200, "question: {:?}", question.json);
     }
 }
+
+/// Turns' starts are committed together; one that fails (here: a message id
+/// already taken) fails alone, and every other start of its batch is saved.
+#[tokio::test]
+async fn a_failing_start_in_a_group_commit_fails_alone() {
+    use deskbell::states::{MessageStatus, Role};
+    use deskbell::store::{MessageRow, TurnStart};
+    let t = crate::support::TestApp::start().await;
+    let message = |id: &str, conversation: &str, role: Role| MessageRow {
+        id: id.into(),
+        conversation: conversation.into(),
+        turn: "t_1".into(),
+        role,
+        text: "hi".into(),
+        status: MessageStatus::Sent,
+        citations: None,
+        created_at: 1,
+        owner: None,
+        budget_day: None,
+        reserved: 0,
+    };
+    let start = |n: usize, taken: bool| {
+        let conversation = format!("c_{n:032x}");
+        let visitor_id = if taken {
+            "m_taken".to_string()
+        } else {
+            format!("m_v{n}")
+        };
+        TurnStart {
+            conversation: conversation.clone(),
+            is_new: true,
+            site: "acme".into(),
+            visitor: "v_x".into(),
+            now: 1,
+            visitor_message: message(&visitor_id, &conversation, Role::Visitor),
+            bubble: message(&format!("m_b{n}"), &conversation, Role::Assistant),
+            budget: None,
+        }
+    };
+    t.app.store.begin_turn(start(0, true)).await.unwrap();
+    let starts = (1..=20).map(|n| t.app.store.begin_turn(start(n, n == 10)));
+    let results = futures_util::future::join_all(starts).await;
+    for (i, r) in results.iter().enumerate() {
+        let n = i + 1;
+        assert_eq!(r.is_err(), n == 10, "start {n}: {r:?}");
+    }
+    let pool = t.db().await;
+    let (saved,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM conversations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        saved, 20,
+        "the first and the nineteen good ones of the batch"
+    );
+}
