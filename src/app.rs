@@ -139,7 +139,8 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         (None, Some(url)) => Arc::new(RedisCounters::connect(
             url,
             &store.installation().await?,
-            Duration::from_secs_f64(config.server.lease_s),
+            // SPEC §16: a dead replica's slots are free within 30 s.
+            Duration::from_secs_f64(config.server.lease_s.min(30.0)),
         )?),
         (None, None) => Arc::new(LocalCounters::default()),
     };

@@ -76,5 +76,6 @@ CREATE INDEX messages_by_status ON messages (status, conversation);
 -- The installation's id: replicas sharing this database share counters in Redis
 -- under it (SPEC §16), and another installation on the same Redis never does.
 CREATE TABLE installation (
-    id  TEXT PRIMARY KEY
+    singleton   INTEGER PRIMARY KEY CHECK (singleton = 1),
+    id          TEXT NOT NULL
 );

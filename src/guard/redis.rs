@@ -21,6 +21,9 @@ use crate::clock::Millis;
 
 /// A check waits at most this for Redis before the ask is refused as unavailable.
 const RESPONSE_TIMEOUT: Duration = Duration::from_millis(1500);
+/// After Redis failed to answer, checks are refused at once for this long (then
+/// tried again), so an outage costs each ask no wait at all.
+const DOWN_FOR: Duration = Duration::from_secs(2);
 
 /// GCRA in microseconds on Redis's clock, as `rate.rs`: an interval of
 /// `60 s / per_minute` and a burst of a minute. Returns 0 when taken, else the
@@ -87,6 +90,8 @@ pub struct RedisCounters {
     open: Script,
     /// How long a stream slot holds without renewal; renewed three times within.
     lease: Duration,
+    /// Until when Redis counts as down (see `DOWN_FOR`).
+    down_until: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl RedisCounters {
@@ -115,7 +120,31 @@ impl RedisCounters {
             renew: Arc::new(Script::new(RENEW)),
             open: Script::new(OPEN),
             lease,
+            down_until: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Runs one Redis call, bounded by `RESPONSE_TIMEOUT`; a failure marks Redis
+    /// down for `DOWN_FOR`, during which calls are refused without being sent.
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, Refusal> {
+        let now = std::time::Instant::now();
+        {
+            let down = self.down_until.lock().unwrap_or_else(|e| e.into_inner());
+            if down.is_some_and(|until| now < until) {
+                return Err(Refusal::Unavailable);
+            }
+        }
+        let failed = match tokio::time::timeout(RESPONSE_TIMEOUT, call).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) => e.kind_text(),
+            Err(_) => "no answer in time".to_string(),
+        };
+        tracing::warn!(error = %failed, "Redis could not be reached");
+        *self.down_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(now + DOWN_FOR);
+        Err(Refusal::Unavailable)
     }
 
     async fn take_slot(&self, limits: &[(String, u32)]) -> Result<Option<StreamSlot>, Refusal> {
@@ -133,10 +162,9 @@ impl RedisCounters {
             invocation.arg(*cap);
         }
         let mut connection = self.connection.clone();
-        let taken: i64 = invocation
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+        let taken: i64 = self
+            .bounded(invocation.invoke_async(&mut connection))
+            .await?;
         if taken != 1 {
             return Ok(None);
         }
@@ -190,11 +218,6 @@ async fn release(mut connection: ConnectionManager, keys: Vec<String>, id: Strin
     }
 }
 
-fn unavailable(e: redis::RedisError) -> Refusal {
-    tracing::warn!(error = %e.kind_text(), "Redis could not be reached");
-    Refusal::Unavailable
-}
-
 impl Counters for RedisCounters {
     fn take<'a>(
         &'a self,
@@ -205,13 +228,11 @@ impl Counters for RedisCounters {
         Box::pin(async move {
             let interval = 60_000_000 / i64::from(per_minute.max(1));
             let mut connection = self.connection.clone();
+            let mut invocation = self.take.key(format!("{}r:{key}", self.prefix));
+            invocation.arg(interval);
             let wait_us: i64 = self
-                .take
-                .key(format!("{}r:{key}", self.prefix))
-                .arg(interval)
-                .invoke_async(&mut connection)
-                .await
-                .map_err(unavailable)?;
+                .bounded(invocation.invoke_async(&mut connection))
+                .await?;
             match wait_us {
                 0 => Ok(()),
                 us => Err(Refusal::Wait((us.max(1) as u64).div_ceil(1_000_000))),
@@ -229,12 +250,10 @@ impl Counters for RedisCounters {
     fn open_streams<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<u32, Refusal>> {
         Box::pin(async move {
             let mut connection = self.connection.clone();
+            let invocation = self.open.key(format!("{}s:{key}", self.prefix));
             let open: u32 = self
-                .open
-                .key(format!("{}s:{key}", self.prefix))
-                .invoke_async(&mut connection)
-                .await
-                .map_err(unavailable)?;
+                .bounded(invocation.invoke_async(&mut connection))
+                .await?;
             Ok(open)
         })
     }

@@ -141,8 +141,31 @@ impl SiteIndex {
     }
 }
 
-/// Brings a site's index in line with its documents.
+/// Brings a site's index in line with its documents, holding the folder's lock
+/// file meanwhile: processes sharing a data folder (replicas on one machine, or
+/// `deskbell ingest` beside a running server) write an index one at a time, so
+/// none reads a manifest another is about to replace.
 pub fn ingest(
+    dir: &Path,
+    documents: Vec<Document>,
+    skipped: Vec<Skipped>,
+) -> anyhow::Result<Report> {
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.with_extension("lock"))
+        .with_context(|| format!("cannot open the lock file beside {}", dir.display()))?;
+    lock.lock()?;
+    let report = ingest_locked(dir, documents, skipped);
+    let _ = lock.unlock();
+    report
+}
+
+fn ingest_locked(
     dir: &Path,
     documents: Vec<Document>,
     skipped: Vec<Skipped>,
@@ -228,4 +251,47 @@ fn write_manifest(dir: &Path, manifest: &BTreeMap<String, String>) -> anyhow::Re
     std::fs::write(&tmp, serde_json::to_vec_pretty(manifest)?)?;
     std::fs::rename(&tmp, dir.join(MANIFEST))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn document(path: &str, text: &str, version: u32) -> Document {
+        Document {
+            path: path.into(),
+            title: path.into(),
+            url: None,
+            text: text.into(),
+            hash: format!("{path}-{version}"),
+        }
+    }
+
+    /// Writers of one folder (replicas on one machine, the CLI beside a server)
+    /// take turns: whatever their order, the index holds each document once.
+    #[test]
+    fn writers_of_one_folder_take_turns_and_leave_no_duplicates() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("knowledge").join("acme");
+        let writers: Vec<_> = (0..4)
+            .map(|i| {
+                let dir = dir.clone();
+                std::thread::spawn(move || {
+                    let docs = vec![
+                        document("kettle.md", "Descale the kettle with citric acid.", i % 2),
+                        document("returns.md", "Return anything within thirty days.", 0),
+                    ];
+                    ingest(&dir, docs, Vec::new()).unwrap()
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        let index = SiteIndex::open(&dir).unwrap();
+        index.reload().unwrap();
+        let found = index.search("citric acid kettle", 10).unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(read_manifest(&dir).unwrap().len(), 2);
+    }
 }

@@ -21,6 +21,18 @@ enum Job {
     End(TurnEnd, oneshot::Sender<EndOutcome>),
 }
 
+impl Job {
+    /// The budget row the job locks, if any (the sort is stable: jobs of one
+    /// row keep their order of arrival).
+    fn budget_row(&self) -> Option<(&str, &str)> {
+        let share = match self {
+            Job::Start(start, _) => start.budget.as_ref(),
+            Job::End(end, _) => end.budget.as_ref(),
+        };
+        share.map(|s| (s.site.as_str(), s.day.as_str()))
+    }
+}
+
 /// The sending side of the group-commit task.
 #[derive(Clone)]
 pub(super) struct GroupCommit(mpsc::Sender<Job>);
@@ -91,6 +103,9 @@ async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
+        // Every batch takes its budget rows in one order (site, then day), so
+        // two replicas' batches cannot each hold a row the other waits for.
+        batch.sort_by(|a, b| a.budget_row().cmp(&b.budget_row()));
         commit(&writer, batch).await;
     }
 }

@@ -170,3 +170,26 @@ async fn a_failing_start_in_a_group_commit_fails_alone() {
         "the first and the nineteen good ones of the batch"
     );
 }
+
+/// The expiry sweep is one replica's duty at a time: a second process cannot
+/// take it while the first holds it, and takes it over once the hold lapses.
+#[tokio::test]
+async fn a_duty_is_held_by_one_process_until_its_hold_lapses() {
+    let a = crate::support::TestApp::start().await;
+    let b = a.replica(|_| {}).await;
+    assert!(a.app.store.hold_duty("test_duty", 1_000).await.unwrap());
+    assert!(
+        !b.app.store.hold_duty("test_duty", 1_000).await.unwrap(),
+        "held by a"
+    );
+    assert!(
+        a.app.store.hold_duty("test_duty", 1_000).await.unwrap(),
+        "a renews its own"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    assert!(
+        b.app.store.hold_duty("test_duty", 1_000).await.unwrap(),
+        "lapsed: b takes it"
+    );
+    assert!(!a.app.store.hold_duty("test_duty", 1_000).await.unwrap());
+}

@@ -100,7 +100,6 @@ async fn a_killed_replica_frees_its_stream_slot_and_its_answer_is_failed() {
     let full = c.replica(1).ask(&token, json!({"message": "Me too"})).await;
     assert_eq!(full.code(), "too_many_streams");
 
-    let killed = c.replica(0).base.clone();
     let mut c = c;
     c.replicas[0].take().unwrap().kill();
     // The balancer notices the dead replica, and the slot lapses with its lease.
@@ -115,7 +114,6 @@ async fn a_killed_replica_frees_its_stream_slot_and_its_answer_is_failed() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(served.is_some(), "the slot came free within 30 s");
-    assert_ne!(killed, c.replica(1).base);
     // The interrupted answer is failed (a live replica claimed it).
     let db = c.setup.db().await;
     let mut failed = 0;
@@ -228,22 +226,27 @@ async fn asks_through_the_balancer_wait_for_redis_and_come_back_with_it() {
         "history does not need Redis"
     );
     redis.restart().await;
-    let mut back = 0;
-    for _ in 0..100 {
-        c.setup.llm.push(Script::text("Back."));
-        let r = c
-            .ask(
-                &token,
-                json!({"conversation": conversation, "message": "Now?"}),
-            )
-            .await;
-        if r.status == 200 {
-            back += 1;
-            if back == 2 {
+    // Each replica, asked directly, serves asks again on its own.
+    for replica in 0..2 {
+        let mut back = false;
+        for _ in 0..100 {
+            c.setup.llm.push(Script::text("Back."));
+            let r = c
+                .replica(replica)
+                .ask(
+                    &token,
+                    json!({"conversation": conversation, "message": "Now?"}),
+                )
+                .await;
+            if r.status == 200 {
+                back = true;
                 break;
             }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            back,
+            "replica {replica} serves asks again without a restart"
+        );
     }
-    assert_eq!(back, 2, "both replicas serve asks again without a restart");
 }
