@@ -44,6 +44,8 @@ pub enum ApiError {
     ServiceUnavailable(u64),
     #[error("no such endpoint")]
     NotFound,
+    #[error("this endpoint does not take that method")]
+    MethodNotAllowed,
     #[error("sign in as an operator first")]
     OperatorUnauthenticated,
     #[error("the email or the password is wrong")]
@@ -71,6 +73,7 @@ impl ApiError {
                 StatusCode::NOT_FOUND
             }
             CallNotPending => StatusCode::CONFLICT,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ConfirmationExpired => StatusCode::GONE,
             MessageTooLong(_) | BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             RateLimited(_) | TooManyStreams(_) | DailyBudgetExhausted(_) => {
@@ -101,6 +104,7 @@ impl ApiError {
             ProviderUnavailable => "provider_unavailable",
             ServiceUnavailable(_) => "service_unavailable",
             NotFound | Missing(_) => "not_found",
+            MethodNotAllowed => "method_not_allowed",
             OperatorUnauthenticated => "operator_unauthenticated",
             LoginFailed => "login_failed",
             Forbidden => "forbidden",

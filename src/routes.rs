@@ -32,6 +32,7 @@ pub fn router(app: App) -> Router {
         .merge(crate::operator::router())
         .merge(crate::console::router())
         .fallback(|| async { crate::error::ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { crate::error::ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
         .layer(cors(&app))

@@ -36,6 +36,11 @@ CREATE TABLE operator_login_failures (
     attempt   TEXT NOT NULL
 );
 CREATE INDEX operator_login_failures_by_key ON operator_login_failures (key, at);
+-- One row per key, locked by each attempt's transaction before it counts: on
+-- PostgreSQL concurrent attempts of one key then count one after another.
+CREATE TABLE operator_login_keys (
+    key   TEXT PRIMARY KEY
+);
 
 -- The console's value of a tool's label, description or policy wins over the
 -- file's until it is reset. `tool_versions` moves with every change, so each

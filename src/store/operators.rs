@@ -184,6 +184,19 @@ impl Store {
         since: Millis,
     ) -> StoreResult<Vec<(i64, Millis)>> {
         let mut tx = self.writer().begin().await?;
+        // Each key's row is locked first, in one order (sorted), so attempts of
+        // one key made at once count one after another instead of side by side.
+        let mut locked: Vec<&str> = keys.to_vec();
+        locked.sort_unstable();
+        for key in &locked {
+            sqlx::query(
+                "INSERT INTO operator_login_keys (key) VALUES ($1) \
+                 ON CONFLICT (key) DO UPDATE SET key = excluded.key",
+            )
+            .bind(*key)
+            .execute(&mut *tx)
+            .await?;
+        }
         sqlx::query("DELETE FROM operator_login_failures WHERE at < $1")
             .bind(since)
             .execute(&mut *tx)
@@ -224,11 +237,19 @@ impl Store {
     }
 
     /// Forgets sessions revoked or idle past `idle_before`.
+    /// Also forgets sign-in keys with no failure left; in a transaction of its
+    /// own that locks nothing else first, so it waits for attempts, never
+    /// deadlocks with one.
     pub async fn purge_sessions(&self, idle_before: Millis) -> StoreResult<()> {
         sqlx::query(
             "DELETE FROM operator_sessions WHERE last_seen_at < $1 OR revoked_at IS NOT NULL",
         )
         .bind(idle_before)
+        .execute(self.writer())
+        .await?;
+        sqlx::query(
+            "DELETE FROM operator_login_keys WHERE key NOT IN (SELECT key FROM operator_login_failures)",
+        )
         .execute(self.writer())
         .await?;
         Ok(())

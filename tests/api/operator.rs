@@ -321,6 +321,18 @@ async fn bad_sign_in_bodies_are_invalid_requests() {
     assert_eq!((r.status, r.code()), (400, "invalid_request"));
     let r = t.sign_in("", "x").await;
     assert_eq!((r.status, r.code()), (400, "invalid_request"));
+    let wrong_method = crate::support::read(
+        t.http
+            .put(format!("{}/v1/operator/session", t.base))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (wrong_method.status, wrong_method.code()),
+        (405, "method_not_allowed")
+    );
 }
 
 #[test]
