@@ -34,24 +34,7 @@ pub(super) async fn insert_message<'e, E>(executor: E, m: &MessageRow) -> Result
 where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
-    sqlx::query(
-        "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-    )
-    .bind(&m.id)
-    .bind(&m.conversation)
-    .bind(&m.turn)
-    .bind(m.role.as_str())
-    .bind(&m.text)
-    .bind(m.status.as_str())
-    .bind(&m.citations)
-    .bind(m.created_at)
-    .bind(&m.owner)
-    .bind(&m.budget_day)
-    .bind(m.reserved)
-    .execute(executor)
-    .await?;
-    Ok(())
+    insert_messages(executor, &[m]).await
 }
 
 /// Inserts several messages with one statement.

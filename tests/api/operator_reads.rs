@@ -377,22 +377,11 @@ async fn usage_counts_each_day_of_the_range() {
 
 #[tokio::test]
 async fn knowledge_is_listed_reingested_by_an_admin_and_searched() {
-    let dir = tempfile::tempdir().unwrap();
-    let docs = dir.path().join("docs");
-    std::fs::create_dir_all(&docs).unwrap();
-    std::fs::write(
-        docs.join("shipping.md"),
-        "# Shipping\n\nStandard shipping takes 3 to 5 working days.",
-    )
-    .unwrap();
+    let (dir, docs, source) = shipping_docs();
     let data = dir.path().join("data");
     let t = TestApp::with(|c| {
         c.server.data_dir = data.clone();
-        c.sites[0].knowledge = vec![KnowledgeSource::Folder {
-            allow_private: false,
-            path: docs.display().to_string(),
-            base_url: None,
-        }];
+        c.sites[0].knowledge = vec![source.clone()];
     })
     .await;
     let admin = t.console(OperatorRole::Admin).await;
@@ -496,19 +485,7 @@ async fn a_word_search_reads_a_window_at_a_time_and_its_cursor_goes_on() {
 
 #[tokio::test]
 async fn knowledge_ingested_through_one_replica_is_cited_by_another_within_seconds() {
-    let dir = tempfile::tempdir().unwrap();
-    let docs = dir.path().join("docs");
-    std::fs::create_dir_all(&docs).unwrap();
-    std::fs::write(
-        docs.join("shipping.md"),
-        "# Shipping\n\nStandard shipping takes 3 to 5 working days.",
-    )
-    .unwrap();
-    let source = KnowledgeSource::Folder {
-        allow_private: false,
-        path: docs.display().to_string(),
-        base_url: None,
-    };
+    let (dir, docs, source) = shipping_docs();
     // Each replica keeps its index on its own disk.
     let (a_data, b_data) = (dir.path().join("a"), dir.path().join("b"));
     let a = TestApp::with(|c| {
@@ -554,4 +531,23 @@ async fn knowledge_ingested_through_one_replica_is_cited_by_another_within_secon
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert!(cited.is_some(), "the other replica's index never caught up");
+}
+
+/// A folder holding one document about shipping, and the knowledge source
+/// naming it (the folder lives as long as the first value).
+fn shipping_docs() -> (tempfile::TempDir, std::path::PathBuf, KnowledgeSource) {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(
+        docs.join("shipping.md"),
+        "# Shipping\n\nStandard shipping takes 3 to 5 working days.",
+    )
+    .unwrap();
+    let source = KnowledgeSource::Folder {
+        allow_private: false,
+        path: docs.display().to_string(),
+        base_url: None,
+    };
+    (dir, docs, source)
 }
