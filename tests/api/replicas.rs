@@ -250,3 +250,70 @@ async fn asks_through_the_balancer_wait_for_redis_and_come_back_with_it() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_sites_stream_cap_holds_behind_the_balancer() {
+    let c = Cluster::start(2, None, "[site.limits]\nconcurrent_streams = 1", &[]).await;
+    let token = c.visitor().await;
+    c.setup.llm.push(slow(5_000));
+    c.replica(0)
+        .ask_in_background(&token, json!({"message": "A long one"}));
+    while c.setup.llm.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Round robin sends these to both replicas: neither may open a second stream.
+    for _ in 0..4 {
+        let r = c.ask(&token, json!({"message": "Me too"})).await;
+        assert_eq!((r.status, r.code()), (429, "too_many_streams"));
+    }
+}
+
+#[tokio::test]
+async fn knowledge_ingested_by_the_command_line_is_cited_through_every_replica() {
+    let docs = tempfile::tempdir().unwrap();
+    std::fs::write(
+        docs.path().join("shipping.md"),
+        "# Shipping\n\nStandard shipping takes 3 to 5 working days.",
+    )
+    .unwrap();
+    let acme = format!("knowledge = [\"{}\"]", docs.path().display());
+    let c = Cluster::start(2, None, &acme, &[]).await;
+    std::fs::write(
+        docs.path().join("returns.md"),
+        "# Returns\n\nReturn any kettle within 30 days.",
+    )
+    .unwrap();
+    let out = crate::support::deskbell_command()
+        .args(["ingest", "--config"])
+        .arg(c.setup.replica_config(9))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = c.visitor().await;
+    // Two answers in a row cited from the new document: both replicas have it.
+    let mut cited_in_a_row = 0;
+    for _ in 0..60 {
+        c.setup.llm.push(Script::text("Within 30 days [1]."));
+        let r = c
+            .ask(&token, json!({"message": "How do I return a kettle?"}))
+            .await;
+        let title = r.event("citations")["items"][0]["title"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        cited_in_a_row = if title.contains("Returns") {
+            cited_in_a_row + 1
+        } else {
+            0
+        };
+        if cited_in_a_row == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(cited_in_a_row, 4, "every replica's index caught up");
+}

@@ -228,6 +228,20 @@ impl Setup {
         self._dir.path()
     }
 
+    /// The configuration with a data folder of replica `i`'s own.
+    pub fn replica_config(&self, i: usize) -> PathBuf {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        let data = self.dir().join(format!("replica-{i}"));
+        let text = text.replacen(
+            &format!("data_dir = \"{}\"", self.dir().display()),
+            &format!("data_dir = \"{}\"", data.display()),
+            1,
+        );
+        let path = self.dir().join(format!("replica-{i}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     pub async fn db(&self) -> sqlx::AnyPool {
         sqlx::any::install_default_drivers();
         sqlx::AnyPool::connect(&self.database_url).await.unwrap()

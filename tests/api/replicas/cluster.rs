@@ -40,9 +40,12 @@ impl Cluster {
         let redis = redis.unwrap_or_else(redis_url);
         let extra = format!("redis_url = \"{redis}\"\ntrusted_proxies = [\"127.0.0.1\"]\n");
         let setup = setup_with(true, &extra, acme).await;
+        // Each replica keeps its files (its knowledge index) in a folder of its own,
+        // as replicas on separate machines do.
         let mut replicas = Vec::new();
-        for _ in 0..n {
-            replicas.push(Some(Server::start_env(&setup.config, None, env).await));
+        for i in 0..n {
+            let config = setup.replica_config(i);
+            replicas.push(Some(Server::start_env(&config, None, env).await));
         }
         let port = free_port();
         let servers: String = replicas
