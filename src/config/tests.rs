@@ -183,3 +183,26 @@ identity = "jwt"
     );
     assert!(!private.is_empty(), "allow_private must be a boolean");
 }
+
+/// The replica keys (SPEC §16): a Redis URL must be one, and the group commit
+/// switch a boolean.
+#[test]
+fn the_replica_keys_refuse_nonsense_by_name() {
+    let found = problems("[server]\nredis_url = \"http://127.0.0.1:6379\"\n");
+    assert!(
+        found.iter().any(|p| p.starts_with("server.redis_url")),
+        "{found:?}"
+    );
+    let found = problems("[server]\ngroup_commit = \"yes\"\n");
+    assert!(
+        found.iter().any(|p| p.contains("group_commit")),
+        "{found:?}"
+    );
+    let fine = problems("[server]\nredis_url = \"redis://127.0.0.1:6379\"\ngroup_commit = false\n");
+    assert!(
+        !fine
+            .iter()
+            .any(|p| p.contains("redis_url") || p.contains("group_commit")),
+        "{fine:?}"
+    );
+}

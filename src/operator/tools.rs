@@ -2,6 +2,7 @@
 //! with the console's changes), a preview of the card a call would raise, and
 //! the admin's changes of label, description and policy (SPEC §15).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -15,7 +16,8 @@ use crate::clock::rfc3339;
 use crate::error::{ApiError, JsonBody, RawBody, parse_json};
 use crate::secret::loggable_url;
 use crate::states::AuditEvent;
-use crate::store::{AuditRow, ToolEdit};
+use crate::store::{AuditRow, ToolEdit, ToolOverride};
+use crate::tools::Toolbox;
 use crate::tools::arguments::Arguments;
 use crate::tools::render;
 use crate::wire::{CardPreview, Items, PreviewRequest, ToolChange, ToolFileView, ToolView};
@@ -38,19 +40,25 @@ pub async fn list(
     let sites = chosen_sites(&app, query.site.as_deref())?;
     let mut items = Vec::new();
     for site in sites {
-        for name in site.tools.file().iter().map(|t| t.name.clone()) {
-            if let Some(view) = tool_view(&app, &site, &name).await {
-                items.push(view);
-            }
-        }
+        // One read of the site's tools for all of them.
+        let (toolbox, overrides) = site.tools.with_overrides(&app.store).await;
+        items.extend(
+            site.tools
+                .file()
+                .iter()
+                .filter_map(|t| tool_view(&site, &toolbox, &overrides, &t.name)),
+        );
     }
     Ok(Json(Items { items }))
 }
 
 /// A tool as it stands now, with what the file says and who changed it.
-async fn tool_view(app: &App, site: &Site, name: &str) -> Option<ToolView> {
-    let toolbox = site.tools.fresh(&app.store).await;
-    let overrides = site.tools.overrides(&app.store).await;
+fn tool_view(
+    site: &Site,
+    toolbox: &Toolbox,
+    overrides: &HashMap<String, ToolOverride>,
+    name: &str,
+) -> Option<ToolView> {
     let file = site.tools.file().iter().find(|t| t.name == name)?;
     let tool = toolbox.get(name)?;
     let change = overrides.get(name);
@@ -132,9 +140,8 @@ pub async fn change(
         stale_cards = stale.len(),
         "a tool was changed in the console"
     );
-    let view = tool_view(&app, &site, &name)
-        .await
-        .ok_or(ApiError::Missing("tool"))?;
+    let (toolbox, overrides) = site.tools.with_overrides(&app.store).await;
+    let view = tool_view(&site, &toolbox, &overrides, &name).ok_or(ApiError::Missing("tool"))?;
     Ok(Json(view))
 }
 

@@ -58,17 +58,23 @@ impl Catalog {
         }
     }
 
-    /// The file's configuration of each tool, and the console's overrides.
+    /// The file's configuration of each tool.
     pub fn file(&self) -> &[ToolConfig] {
         &self.file
     }
 
-    pub async fn overrides(&self, store: &Store) -> Arc<HashMap<String, ToolOverride>> {
+    /// The toolbox and the console's overrides it was built with, read together
+    /// after bringing them up to date (for showing tools, not for running them).
+    pub async fn with_overrides(
+        &self,
+        store: &Store,
+    ) -> (Arc<Toolbox>, Arc<HashMap<String, ToolOverride>>) {
         let _ = self.fresh(store).await;
-        match self.current.read() {
-            Ok(c) => Arc::clone(&c.overrides),
-            Err(poisoned) => Arc::clone(&poisoned.get_ref().overrides),
-        }
+        let current = match self.current.read() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        (Arc::clone(&current.toolbox), Arc::clone(&current.overrides))
     }
 
     async fn refresh(&self, store: &Store) -> anyhow::Result<Arc<Toolbox>> {

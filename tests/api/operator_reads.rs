@@ -187,19 +187,24 @@ async fn one_conversation_shows_its_messages_calls_audit_and_usage() {
     assert!(total["input_tokens"].as_u64().unwrap() > 0, "{total}");
 }
 
+/// `GET /v1/operator/events` with the console's cookie.
+async fn open_events(console: &Console) -> reqwest::Response {
+    console
+        .http
+        .get(format!("{}/v1/operator/events", console.base))
+        .header("cookie", &console.cookie)
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Reads the operator event stream until `n` changes arrived.
 async fn changes(
     console: &Console,
     n: usize,
     act: impl std::future::Future<Output = ()>,
 ) -> Vec<Value> {
-    let response = console
-        .http
-        .get(format!("{}/v1/operator/events", console.base))
-        .header("cookie", &console.cookie)
-        .send()
-        .await
-        .unwrap();
+    let response = open_events(console).await;
     assert_eq!(response.status(), 200);
     let mut body = response.bytes_stream();
     act.await;
@@ -427,13 +432,7 @@ async fn knowledge_is_listed_reingested_by_an_admin_and_searched() {
 async fn the_live_stream_ends_once_its_session_is_signed_out() {
     let t = TestApp::start().await;
     let agent = t.console(OperatorRole::Agent).await;
-    let response = agent
-        .http
-        .get(format!("{}/v1/operator/events", agent.base))
-        .header("cookie", &agent.cookie)
-        .send()
-        .await
-        .unwrap();
+    let response = open_events(&agent).await;
     let out = agent
         .call(Method::DELETE, "/v1/operator/session", None, true)
         .await;

@@ -91,28 +91,11 @@ impl Server {
     }
 
     pub async fn visitor(&self) -> String {
-        let http = reqwest::Client::new();
-        let r = http
-            .post(format!("{}/v1/visitors", self.base))
-            .header("origin", ORIGIN)
-            .json(&json!({"site": "acme"}))
-            .send()
-            .await
-            .unwrap();
-        let body: Value = r.json().await.unwrap();
-        body["token"].as_str().unwrap().to_string()
+        visitor_at(&self.base).await
     }
 
     pub async fn ask(&self, token: &str, body: Value) -> support::Reply {
-        let r = reqwest::Client::new()
-            .post(format!("{}/v1/ask", self.base))
-            .header("origin", ORIGIN)
-            .bearer_auth(token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        read(r).await
+        ask_at(&self.base, token, body).await
     }
 
     /// Raises a card for cancelling order 42 and confirms it without waiting for
@@ -169,6 +152,32 @@ impl Server {
         }
         panic!("the interrupted turn was never finished");
     }
+}
+
+/// A new visitor of the acme site at `base` (a server or a load balancer).
+pub async fn visitor_at(base: &str) -> String {
+    let r = reqwest::Client::new()
+        .post(format!("{base}/v1/visitors"))
+        .header("origin", ORIGIN)
+        .json(&json!({"site": "acme"}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    body["token"].as_str().unwrap().to_string()
+}
+
+/// An ask at `base`, on a connection of its own.
+pub async fn ask_at(base: &str, token: &str, body: Value) -> support::Reply {
+    let r = reqwest::Client::new()
+        .post(format!("{base}/v1/ask"))
+        .header("origin", ORIGIN)
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    read(r).await
 }
 
 /// The database of the suite's run (`DESKBELL_TEST_BACKEND`).

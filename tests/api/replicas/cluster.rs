@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::crash::harness::{Server, Setup, setup_with};
-use crate::support::{ORIGIN, free_port, read, redis_url};
+use crate::crash::harness::{Server, Setup, ask_at, setup_with, visitor_at};
+use crate::support::{free_port, redis_url};
 
 pub struct Cluster {
     pub setup: Setup,
@@ -100,28 +100,12 @@ impl Cluster {
     }
 
     pub async fn visitor(&self) -> String {
-        let r = reqwest::Client::new()
-            .post(format!("{}/v1/visitors", self.base))
-            .header("origin", ORIGIN)
-            .json(&serde_json::json!({"site": "acme"}))
-            .send()
-            .await
-            .unwrap();
-        let body: Value = r.json().await.unwrap();
-        body["token"].as_str().unwrap().to_string()
+        visitor_at(&self.base).await
     }
 
     /// An ask through the load balancer, on a connection of its own.
     pub async fn ask(&self, token: &str, body: Value) -> crate::support::Reply {
-        let r = reqwest::Client::new()
-            .post(format!("{}/v1/ask", self.base))
-            .header("origin", ORIGIN)
-            .bearer_auth(token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        read(r).await
+        ask_at(&self.base, token, body).await
     }
 }
 
