@@ -340,3 +340,50 @@ async fn the_card_preview_shows_what_a_card_would_show() {
         .await;
     assert_eq!((bad.status, bad.code()), (400, "invalid_request"));
 }
+
+/// A tool change and an answer to one of its cards, at the same moment: either
+/// the answer wins (the call runs once, the card is not closed as stale) or the
+/// change does (nothing runs, the card is stale) — never both, never neither.
+#[tokio::test]
+async fn a_tool_change_racing_an_answer_to_its_card_gives_one_outcome() {
+    let t = TestApp::with(crate::support::for_racing).await;
+    let admin = t.console(OperatorRole::Admin).await;
+    let visitor = t.visitor().await;
+    let mut outcomes = (0, 0);
+    for round in 0..8 {
+        let (conversation, card) = t.raise_card(&visitor).await;
+        let call = card["call"].as_str().unwrap().to_string();
+        t.llm.push(Script::text("Done."));
+        let label = format!("Cancel an order ({round})");
+        let (changed, answered) = tokio::join!(
+            admin.patch_tool("acme", "cancel_order", json!({"label": label})),
+            t.answer(&visitor, &conversation, &card, "confirm"),
+        );
+        assert_eq!(changed.status, 200);
+        let ran = t
+            .hook
+            .calls()
+            .iter()
+            .filter(|c| c.headers["idempotency-key"] == call)
+            .count();
+        let events = t.audit_events(&call).await;
+        match answered.status {
+            200 => {
+                outcomes.0 += 1;
+                assert_eq!(ran, 1, "{events:?}");
+                assert!(events.contains(&"confirmed".to_string()), "{events:?}");
+                assert!(!events.iter().any(|e| e.ends_with(":stale")), "{events:?}");
+            }
+            409 => {
+                outcomes.1 += 1;
+                assert_eq!(ran, 0, "{events:?}");
+                assert!(events.contains(&"expired:stale".to_string()), "{events:?}");
+                assert!(!events.contains(&"confirmed".to_string()), "{events:?}");
+                // The continuation's scripted reply was not used: use it up.
+                t.question(&visitor, None, "Thanks").await;
+            }
+            other => panic!("unexpected {other}: {:?}", answered.json),
+        }
+    }
+    assert_eq!(outcomes.0 + outcomes.1, 8);
+}
