@@ -280,6 +280,13 @@ async fn the_audit_is_filtered_paged_and_exported() {
     assert_eq!(items[0]["call"], Value::Null);
     assert!(items[0]["operator"].as_str().unwrap().starts_with("admin-"));
     assert_eq!(items[0]["arguments"], json!({"policy": "off"}));
+    // Call rows name no operator (SPEC §10: null on call rows).
+    assert!(
+        items[1..]
+            .iter()
+            .all(|r| r["operator"].is_null() && r["call"].is_string()),
+        "{items:?}"
+    );
 
     let requested = admin.get("/v1/operator/audit?event=requested").await;
     assert_eq!(requested.json["items"].as_array().unwrap().len(), 2);
