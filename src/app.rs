@@ -52,6 +52,8 @@ pub struct AppState {
     /// Whether the server listens on loopback only: its session cookie may then
     /// go without `Secure` (SPEC §15).
     pub loopback: bool,
+    /// The MCP servers' supervisors; dropping the state stops them.
+    pub mcp: crate::mcp::Servers,
 }
 
 pub type App = Arc<AppState>;
@@ -149,9 +151,10 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         .bind
         .parse::<std::net::SocketAddr>()
         .is_ok_and(|a| a.ip().is_loopback());
+    let mcp = crate::mcp::Servers::start(&config.sites).await;
     let mut sites = HashMap::new();
     for site in &config.sites {
-        let tools = Catalog::new(&site.id, site.tools.clone())?;
+        let tools = Catalog::new(&site.id, site.tools.clone(), mcp.of_site(&site.id))?;
         // The console's changes are read now, so the first turn needs no rebuild.
         let _ = tools.fresh(&store).await;
         sites.insert(
@@ -177,6 +180,7 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         trusted_proxies,
         live: Default::default(),
         loopback,
+        mcp,
     });
     Ok(app)
 }

@@ -100,7 +100,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Serve { config } => serve(config, &env).await,
             Command::Demo => crate::demo::run(&env).await,
-            Command::Check { config } => check(config, &env),
+            Command::Check { config } => check(config, &env).await,
             Command::Ingest { config, site } => ingest(config, site, &env).await,
             Command::Audit {
                 command:
@@ -167,7 +167,7 @@ async fn serve(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn check(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
+async fn check(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
     let mut lines = Vec::new();
     let config = match Config::load(&path, env) {
         Ok(c) => Some(c),
@@ -176,6 +176,13 @@ fn check(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
             None
         }
     };
+    // A configuration that reads well may still name an MCP server that cannot
+    // start: each is tried once.
+    if let Some(c) = &config {
+        for problem in crate::mcp::check(&c.sites).await {
+            lines.push(format!("{}: {problem}", path.display()));
+        }
+    }
     let secret = env
         .get(crate::config::env::SECRET_VAR)
         .map(crate::secret::Secret::new);
@@ -185,11 +192,13 @@ fn check(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
     match (config, lines.is_empty()) {
         (Some(c), true) => {
             let tools: usize = c.sites.iter().map(|s| s.tools.len()).sum();
+            let servers: usize = c.sites.iter().map(|s| s.mcp.len()).sum();
             println!(
-                "{}: ok ({} sites, {} tools)",
+                "{}: ok ({} sites, {} tools, {} MCP servers)",
                 path.display(),
                 c.sites.len(),
-                tools
+                tools,
+                servers
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -24,6 +24,7 @@ pub mod ids;
 pub mod knowledge;
 mod live;
 pub mod llm;
+pub mod mcp;
 pub mod operator;
 pub mod routes;
 pub mod secret;

@@ -124,6 +124,8 @@ text_enum!(
         Timeout = "timeout",
         Unreachable = "unreachable",
         Interrupted = "interrupted",
+        /// An MCP tool answered with `isError` (SPEC §17; an extension of §10).
+        ToolError = "tool_error",
         InvalidArguments = "invalid_arguments",
         ToolOff = "tool_off",
         OnePerTurn = "one_per_turn",

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use super::{Config, Problem, SiteConfig, ToolConfig};
+use super::{Config, McpConfig, Problem, SiteConfig, ToolConfig};
 
 pub(super) fn check(config: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
@@ -205,6 +205,68 @@ fn check_site(at: &str, site: &SiteConfig, out: &mut Vec<Problem>) {
             add(out, format!("{at}.{key}"), reason);
         }
     }
+    let mut servers = HashSet::new();
+    for (j, server) in site.mcp.iter().enumerate() {
+        let at = format!("{at}.mcp[{j}]");
+        if !servers.insert(server.name.as_str()) {
+            add(
+                out,
+                format!("{at}.name"),
+                format!(
+                    "{:?} is used by another MCP server of this site",
+                    server.name
+                ),
+            );
+        }
+        for (key, reason) in check_mcp(server) {
+            add(out, format!("{at}.{key}"), reason);
+        }
+    }
+}
+
+fn check_mcp(server: &McpConfig) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if !is_identifier(&server.name) || server.name.len() > 32 {
+        out.push((
+            "name".into(),
+            "must be 1-32 letters, digits, '-' or '_'".into(),
+        ));
+    }
+    match (&server.command, &server.url) {
+        (Some(_), Some(_)) | (None, None) => out.push((
+            "command".into(),
+            "give either command (a server started as a child process) or url (streamable HTTP)"
+                .into(),
+        )),
+        (Some(command), None) if command.first().is_none_or(|c| c.trim().is_empty()) => {
+            out.push(("command".into(), "must name the program to start".into()))
+        }
+        (None, Some(url)) if !is_http_url(url) => out.push((
+            "url".into(),
+            format!("{url:?} is not an http:// or https:// URL"),
+        )),
+        _ => {}
+    }
+    if !positive(server.timeout_s) || server.timeout_s > 300.0 {
+        out.push((
+            "timeout_s".into(),
+            "must be more than 0 and at most 300 seconds".into(),
+        ));
+    }
+    for (k, var) in server.pass_env.iter().enumerate() {
+        if var.is_empty() || var.contains('=') {
+            out.push((format!("pass_env[{k}]"), "must be a variable name".into()));
+        }
+    }
+    for (name, tool) in &server.tools {
+        if tool.label.as_ref().is_some_and(|l| l.trim().is_empty()) {
+            out.push((
+                format!("tools.{name}.label"),
+                "must not be empty: visitors see it on the card".into(),
+            ));
+        }
+    }
+    out
 }
 
 fn check_tool(tool: &ToolConfig) -> Vec<(&'static str, String)> {

@@ -3,8 +3,9 @@
 //! other process (`Store::claim_dead`). An answer with no call to finish is failed
 //! here, keeping the text saved at its last checkpoint and releasing its budget
 //! reservation. Each running call is delivered again with the same
-//! `Idempotency-Key` unless three deliveries were already cut short or its tool
-//! changed (then it is failed as `interrupted`); the turn engine does that and
+//! `Idempotency-Key` unless three deliveries were already cut short, its tool
+//! changed or it is an MCP tool, which has no such key (then it is failed as
+//! `interrupted`); the turn engine does that and
 //! saves the continuation (`ask::recover`).
 
 use std::collections::HashMap;
@@ -81,7 +82,9 @@ pub fn plan(tools: Option<&Toolbox>, call: &CallRow) -> Plan {
         CallKind::Auto => tool.policy == Policy::Auto,
         _ => call.config_digest.as_ref() == Some(&tool.digest),
     };
-    if !unchanged {
+    // MCP has no idempotency key: a call its server may already have carried
+    // out is not sent again (at most once beats twice for a write).
+    if !unchanged || tool.mcp.is_some() {
         return Plan::Interrupted;
     }
     match Arguments::from_canonical(call.arguments.clone()) {

@@ -2,7 +2,6 @@
 //! with the console's changes), a preview of the card a call would raise, and
 //! the admin's changes of label, description and policy (SPEC §15).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -16,9 +15,9 @@ use crate::clock::rfc3339;
 use crate::error::{ApiError, JsonBody, RawBody, parse_json};
 use crate::secret::loggable_url;
 use crate::states::AuditEvent;
-use crate::store::{AuditRow, ToolEdit, ToolOverride};
-use crate::tools::Toolbox;
+use crate::store::{AuditRow, ToolEdit};
 use crate::tools::arguments::Arguments;
+use crate::tools::catalog::View;
 use crate::tools::render;
 use crate::wire::{CardPreview, Items, PreviewRequest, ToolChange, ToolFileView, ToolView};
 
@@ -41,34 +40,32 @@ pub async fn list(
     let mut items = Vec::new();
     for site in sites {
         // One read of the site's tools for all of them.
-        let (toolbox, overrides) = site.tools.with_overrides(&app.store).await;
+        let view = site.tools.view(&app.store).await;
         items.extend(
-            site.tools
-                .file()
+            view.base
                 .iter()
-                .filter_map(|t| tool_view(&site, &toolbox, &overrides, &t.name)),
+                .filter_map(|t| tool_view(&site, &view, &t.name)),
         );
     }
     Ok(Json(Items { items }))
 }
 
-/// A tool as it stands now, with what the file says and who changed it.
-fn tool_view(
-    site: &Site,
-    toolbox: &Toolbox,
-    overrides: &HashMap<String, ToolOverride>,
-    name: &str,
-) -> Option<ToolView> {
-    let file = site.tools.file().iter().find(|t| t.name == name)?;
-    let tool = toolbox.get(name)?;
-    let change = overrides.get(name);
+/// A tool as it stands now, with what the file (for an MCP tool: the file and
+/// its server) says and who changed it.
+fn tool_view(site: &Site, view: &View, name: &str) -> Option<ToolView> {
+    let file = view.base.iter().find(|t| t.name == name)?;
+    let tool = view.toolbox.get(name)?;
+    let change = view.overrides.get(name);
     Some(ToolView {
         site: site.config.id.clone(),
         name: tool.name.clone(),
         label: tool.label.clone(),
         description: tool.description.clone(),
         policy: tool.policy,
-        source: "file",
+        source: match tool.mcp {
+            Some(_) => "mcp",
+            None => "file",
+        },
         url: loggable_url(&tool.url),
         timeout_s: tool.timeout.as_secs_f64(),
         input_schema: tool.schema.clone(),
@@ -93,9 +90,9 @@ pub async fn change(
     operator.require_admin()?;
     let change: ToolChange = parse_json(&body)?;
     let site = Arc::clone(known_site(&app, &site_id)?);
-    let file = site
-        .tools
-        .file()
+    let before = site.tools.view(&app.store).await;
+    let file = before
+        .base
         .iter()
         .find(|t| t.name == name)
         .ok_or(ApiError::Missing("tool"))?;
@@ -140,8 +137,8 @@ pub async fn change(
         stale_cards = stale.len(),
         "a tool was changed in the console"
     );
-    let (toolbox, overrides) = site.tools.with_overrides(&app.store).await;
-    let view = tool_view(&site, &toolbox, &overrides, &name).ok_or(ApiError::Missing("tool"))?;
+    let view = site.tools.view(&app.store).await;
+    let view = tool_view(&site, &view, &name).ok_or(ApiError::Missing("tool"))?;
     Ok(Json(view))
 }
 

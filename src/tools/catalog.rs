@@ -1,36 +1,59 @@
-//! A site's tools as they stand now: the file's tools with the console's
-//! overrides applied (SPEC §15). Each replica caches the built toolbox with the
-//! override version it was built from; one indexed read per model round tells
-//! whether another replica (or this one) changed a tool since, and only then are
-//! the overrides read and the toolbox rebuilt.
+//! A site's tools as they stand now: the file's tools and its MCP servers'
+//! (SPEC §17), with the console's overrides applied (SPEC §15). Each replica
+//! caches the built toolbox with the override version and the servers' list
+//! generation it was built from; one indexed read per model round tells whether
+//! another replica (or this one) changed a tool since, and only then are the
+//! overrides read and the toolbox rebuilt — as it is when a server's list moved.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use super::Toolbox;
 use crate::config::ToolConfig;
+use crate::mcp::Server;
 use crate::store::{Store, ToolOverride};
 
 pub struct Catalog {
     site: String,
     file: Vec<ToolConfig>,
+    servers: Vec<Arc<Server>>,
     current: RwLock<Current>,
 }
 
 struct Current {
     version: i64,
+    /// The sum of the servers' list generations (each only grows).
+    listing: u64,
+    /// The tools before the console's changes: the file's, then the servers'.
+    base: Arc<Vec<ToolConfig>>,
     toolbox: Arc<Toolbox>,
     overrides: Arc<HashMap<String, ToolOverride>>,
 }
 
+/// A site's tools as the console shows them, read together.
+pub struct View {
+    pub toolbox: Arc<Toolbox>,
+    pub overrides: Arc<HashMap<String, ToolOverride>>,
+    pub base: Arc<Vec<ToolConfig>>,
+}
+
 impl Catalog {
-    pub fn new(site: &str, file: Vec<ToolConfig>) -> anyhow::Result<Catalog> {
-        let toolbox = Arc::new(Toolbox::new(&file)?);
+    pub fn new(
+        site: &str,
+        file: Vec<ToolConfig>,
+        servers: Vec<Arc<Server>>,
+    ) -> anyhow::Result<Catalog> {
+        let listing = listing(&servers);
+        let base = Arc::new(base(&file, &servers));
+        let toolbox = Arc::new(Toolbox::new(&base)?);
         Ok(Catalog {
             site: site.to_string(),
             file,
+            servers,
             current: RwLock::new(Current {
                 version: 0,
+                listing,
+                base,
                 toolbox,
                 overrides: Arc::default(),
             }),
@@ -58,48 +81,61 @@ impl Catalog {
         }
     }
 
-    /// The file's configuration of each tool.
-    pub fn file(&self) -> &[ToolConfig] {
-        &self.file
-    }
-
-    /// The toolbox and the console's overrides it was built with, read together
-    /// after bringing them up to date (for showing tools, not for running them).
-    pub async fn with_overrides(
-        &self,
-        store: &Store,
-    ) -> (Arc<Toolbox>, Arc<HashMap<String, ToolOverride>>) {
+    /// The toolbox, the console's overrides it was built with and the tools as
+    /// they were before those, read together after bringing them up to date (for
+    /// showing tools, not for running them).
+    pub async fn view(&self, store: &Store) -> View {
         let _ = self.fresh(store).await;
         let current = match self.current.read() {
             Ok(c) => c,
             Err(poisoned) => poisoned.into_inner(),
         };
-        (Arc::clone(&current.toolbox), Arc::clone(&current.overrides))
+        View {
+            toolbox: Arc::clone(&current.toolbox),
+            overrides: Arc::clone(&current.overrides),
+            base: Arc::clone(&current.base),
+        }
     }
 
     async fn refresh(&self, store: &Store) -> anyhow::Result<Arc<Toolbox>> {
         let version = store.tool_version(&self.site).await?;
+        let listing = listing(&self.servers);
         {
             let current = self.current.read().map_err(|_| poisoned())?;
-            if current.version == version {
+            if current.version == version && current.listing == listing {
                 return Ok(Arc::clone(&current.toolbox));
             }
         }
         let (version, overrides) = store.tool_overrides(&self.site).await?;
         let overrides: HashMap<String, ToolOverride> =
             overrides.into_iter().map(|o| (o.tool.clone(), o)).collect();
-        let toolbox = Arc::new(Toolbox::new(&apply(&self.file, &overrides))?);
+        let base = Arc::new(base(&self.file, &self.servers));
+        let toolbox = Arc::new(Toolbox::new(&apply(&base, &overrides))?);
         let mut current = self.current.write().map_err(|_| poisoned())?;
         // A slower refresh must not replace a newer one.
-        if version >= current.version {
+        if version >= current.version && listing >= current.listing {
             *current = Current {
                 version,
+                listing,
+                base,
                 toolbox: Arc::clone(&toolbox),
                 overrides: Arc::new(overrides),
             };
         }
         Ok(Arc::clone(&current.toolbox))
     }
+}
+
+fn listing(servers: &[Arc<Server>]) -> u64 {
+    servers.iter().map(|s| s.generation()).sum()
+}
+
+/// The file's tools, then those the site's MCP servers list now.
+fn base(file: &[ToolConfig], servers: &[Arc<Server>]) -> Vec<ToolConfig> {
+    let taken: HashSet<String> = file.iter().map(|t| t.name.clone()).collect();
+    let mut all = file.to_vec();
+    all.extend(crate::mcp::tools::site_tools(&taken, servers));
+    all
 }
 
 fn poisoned() -> anyhow::Error {

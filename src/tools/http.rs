@@ -1,5 +1,6 @@
 //! The HTTP executor of SPEC §9: one POST per call with an idempotency key and, when
-//! the tool has a secret, a timestamped HMAC signature of the body.
+//! the tool has a secret, a timestamped HMAC signature of the body. A tool an MCP
+//! server offers is called through that server instead (`mcp::Server::call`).
 
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,12 @@ impl Executor {
     }
 
     pub async fn run(&self, tool: &Tool, inv: &Invocation<'_>) -> Outcome {
+        if let Some(target) = &tool.mcp {
+            return target
+                .server
+                .call(&target.tool, inv.arguments, tool.timeout)
+                .await;
+        }
         let started = Instant::now();
         let outcome = tokio::time::timeout(tool.timeout, self.post(tool, inv)).await;
         let duration_ms = started.elapsed().as_millis() as i64;

@@ -27,6 +27,8 @@ pub struct Tool {
     pub timeout: Duration,
     pub secret: Option<Secret>,
     pub schema: serde_json::Value,
+    /// For a tool an MCP server offers: its calls go there, not to `url`.
+    pub mcp: Option<crate::mcp::Target>,
     validator: jsonschema::Validator,
     /// SHA-256 of the canonical configuration (what visitors and the model are
     /// shown, policy, executor, schema): a pending card whose tool changed since it
@@ -37,12 +39,22 @@ pub struct Tool {
 impl Tool {
     pub fn from_config(config: &ToolConfig) -> anyhow::Result<Tool> {
         let validator = schema::compile(&config.input_schema).map_err(anyhow::Error::msg)?;
+        // An MCP tool's schema is the server's: a server that changes it while a
+        // card is pending makes that card stale (SPEC §17).
+        let executor = match &config.mcp {
+            Some(target) => {
+                json!({"mcp": target.server.name(), "tool": target.tool, "timeout_s": config.timeout_s})
+            }
+            None => {
+                json!({"url": config.url, "timeout_s": config.timeout_s, "secret_env": config.secret_env})
+            }
+        };
         let canonical = serde_json_canonicalizer::to_string(&json!({
             "name": config.name,
             "label": config.label,
             "description": config.description,
             "policy": config.policy.as_str(),
-            "executor": {"url": config.url, "timeout_s": config.timeout_s, "secret_env": config.secret_env},
+            "executor": executor,
             "schema": config.input_schema,
         }))?;
         Ok(Tool {
@@ -54,6 +66,7 @@ impl Tool {
             timeout: Duration::from_secs_f64(config.timeout_s),
             secret: config.secret.clone(),
             schema: config.input_schema.clone(),
+            mcp: config.mcp.clone(),
             validator,
             digest: hex::encode(Sha256::digest(canonical.as_bytes())),
         })

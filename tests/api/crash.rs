@@ -240,3 +240,47 @@ async fn two_processes_starting_after_a_crash_finish_its_call_once() {
     a.kill();
     b.kill();
 }
+
+/// MCP has no idempotency key, so a call an MCP server may already have carried
+/// out is failed as interrupted after a crash rather than sent again (DECISIONS).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_confirmed_mcp_call_cut_by_a_crash_is_failed_and_not_sent_again() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let notes = tempfile::tempdir().unwrap();
+    let log = notes.path().join("notes.log");
+    let server_block = format!(
+        "[[site.mcp]]\nname = \"notes\"\ncommand = [\"node\", \"{}\", \"{}\"]\n",
+        root.join("tests/mcp/changing-server.mjs").display(),
+        log.display()
+    );
+    let s = harness::setup_with(on_postgres(), "", &server_block).await;
+    let server = Server::start(&s.config, Some("before_delivery")).await;
+    let token = server.visitor().await;
+    s.llm.push(Script::tool_calls(&[(
+        "send_note",
+        json!({"text": "once"}),
+    )]));
+    let r = server.ask(&token, json!({"message": "Send a note"})).await;
+    let conversation = r.conversation();
+    let card = r.event("confirm").clone();
+    server.ask_in_background(
+        &token,
+        json!({"conversation": conversation, "call": card["call"], "decision": "confirm", "signature": card["signature"]}),
+    );
+    server.crashed().await;
+
+    s.llm.push(Script::text("Sorry, that did not go through."));
+    let server = Server::start(&s.config, None).await;
+    let history = server.settled_history(&token, &conversation, 3).await;
+    let call = card["call"].as_str().unwrap();
+    assert_eq!(
+        s.audit(call).await,
+        ["requested", "confirmed", "failed:interrupted"]
+    );
+    assert!(!log.exists(), "the call was not sent again");
+    let last = last_message(&history);
+    assert_eq!(last["status"], "answered", "{history}");
+    assert_eq!(last["steps"][0]["status"], "failed");
+    assert_eq!(s.reserved().await, 0);
+    server.kill();
+}

@@ -19,6 +19,7 @@ mod local;
 mod local_arch;
 #[cfg(feature = "local-model")]
 mod local_demo;
+mod mcp;
 mod operator;
 mod operator_reads;
 mod operator_tools;
