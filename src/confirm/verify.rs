@@ -70,6 +70,17 @@ pub async fn verify_answer(
         refuse(app, &call, Reason::Late).await?;
         return Err(ApiError::ConfirmationExpired);
     }
+    // An MCP tool as its server offers it now, not at its last notice: a schema
+    // changed a moment ago makes the card stale (SPEC §17).
+    if let Some(target) = caller
+        .site
+        .tools
+        .snapshot()
+        .get(&call.tool)
+        .and_then(|t| t.mcp.clone())
+    {
+        target.server.relist().await;
+    }
     // The tools as they stand in the database now: a change made on another
     // replica a moment ago counts (SPEC §8).
     let tools = caller.site.tools.fresh(&app.store).await;

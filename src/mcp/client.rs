@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use tokio::io::AsyncBufReadExt;
@@ -55,7 +56,16 @@ pub async fn connect(config: &McpConfig, listener: Listener) -> anyhow::Result<C
             Ok(listener.serve(transport).await?)
         }
         (None, Some(url)) => {
-            let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+            // Like the HTTP executor's: no redirect is followed (a server could
+            // send the calls elsewhere), and connecting is bounded.
+            let http = reqwest::Client::builder()
+                .connect_timeout(std::time::Duration::from_secs(5))
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?;
+            let transport = StreamableHttpClientTransport::with_client(
+                http,
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()),
+            );
             Ok(listener.serve(transport).await?)
         }
         (None, None) => anyhow::bail!("neither command nor url is set"),

@@ -89,10 +89,17 @@ pub async fn check(sites: &[SiteConfig]) -> Vec<String> {
                 Ok(count) => {
                     tracing::info!(site = %site.id, server = %config.name, tools = count, "MCP server answered")
                 }
-                Err(e) => problems.push(format!(
-                    "site[{i}].mcp[{j}] ({}): the MCP server could not be started: {e:#}",
-                    config.name
-                )),
+                Err(e) => {
+                    let mut why = format!("{e:#}");
+                    // A URL may carry a token in its query: never printed.
+                    if let Some(url) = &config.url {
+                        why = why.replace(url.as_str(), &crate::secret::loggable_url(url));
+                    }
+                    problems.push(format!(
+                        "site[{i}].mcp[{j}] ({}): the MCP server could not be started: {why}",
+                        config.name
+                    ))
+                }
             }
         }
     }

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use rmcp::Peer;
 use rmcp::RoleClient;
-use rmcp::model::CallToolRequestParams;
+use rmcp::ServiceError;
+use rmcp::model::{CallToolRequestParams, PaginatedRequestParams};
 use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -17,7 +18,7 @@ use super::client::{self, Listener};
 use super::tools::{self, Listed};
 use crate::config::McpConfig;
 use crate::states::Reason;
-use crate::tools::http::Outcome;
+use crate::tools::http::{MAX_RESULT_BYTES, Outcome};
 
 pub struct Server {
     site: String,
@@ -46,6 +47,12 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const HEALTHY_AFTER: Duration = Duration::from_secs(60);
 /// How long connecting and listing may take before the attempt counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a listing asked for while a card is answered may take.
+const RELIST_TIMEOUT: Duration = Duration::from_secs(5);
+/// A server's tool list is read at most this many pages deep, and at most this
+/// many tools are kept: a server cannot make Deskbell page or grow forever.
+const MAX_PAGES: usize = 20;
+const MAX_TOOLS: usize = 500;
 
 impl Server {
     /// Starts the server's supervisor. The receiver fires once the first attempt
@@ -166,9 +173,11 @@ impl Server {
             tokio::select! {
                 _ = &mut waiting => break,
                 _ = broken.notified() => break,
-                _ = changed.notified() => match list(&peer).await {
-                    Ok(listed) => self.publish(listed),
-                    Err(e) => tracing::warn!(server = %self.config.name, error = format!("{e:#}"), "MCP tool list could not be read"),
+                _ = changed.notified() => match tokio::time::timeout(CONNECT_TIMEOUT, list(&peer)).await {
+                    Ok(Ok(listed)) => self.publish(listed),
+                    Ok(Err(e)) => tracing::warn!(server = %self.config.name, error = format!("{e:#}"), "MCP tool list could not be read"),
+                    // A listing that hangs means the connection is gone.
+                    Err(_) => break,
                 },
             }
         }
@@ -189,7 +198,29 @@ impl Server {
         }
     }
 
+    /// Reads the tool list now (bounded), so that an answer to a card is judged
+    /// against what the server offers at this moment, not at its last notice.
+    pub async fn relist(&self) {
+        let Some(live) = self.current_peer() else {
+            return;
+        };
+        match tokio::time::timeout(RELIST_TIMEOUT, list(&live.peer)).await {
+            Ok(Ok(listed)) => self.publish(listed),
+            Ok(Err(e)) => {
+                tracing::warn!(server = %self.config.name, error = format!("{e:#}"), "MCP tool list could not be read")
+            }
+            Err(_) => {
+                tracing::warn!(server = %self.config.name, "MCP tool list did not come in time")
+            }
+        }
+    }
+
     fn publish(&self, listed: Vec<Listed>) {
+        for name in self.config.tools.keys() {
+            if !listed.iter().any(|t| &t.name == name) {
+                tracing::warn!(server = %self.config.name, tool = %name, "the file sets a tool this MCP server does not list");
+            }
+        }
         let listed = Arc::new(listed);
         if *self.listed() == *listed {
             return;
@@ -222,9 +253,16 @@ impl Server {
         params.arguments = arguments.as_object().cloned();
         match tokio::time::timeout(timeout, live.peer.call_tool(params)).await {
             Err(_) => {
-                // A connection that lost its session hangs rather than fails.
+                // A connection that lost its session hangs rather than fails:
+                // one that does not answer a listing either is dropped.
                 if self.config.url.is_some() {
-                    live.broken.notify_one();
+                    tokio::spawn(async move {
+                        let answered =
+                            tokio::time::timeout(RELIST_TIMEOUT, live.peer.list_tools(None)).await;
+                        if !matches!(answered, Ok(Ok(_))) {
+                            live.broken.notify_one();
+                        }
+                    });
                 }
                 failed(
                     Reason::Timeout,
@@ -234,6 +272,14 @@ impl Server {
                     ),
                 )
             }
+            // The server answered, with an error: the connection is fine.
+            Ok(Err(ServiceError::McpError(e))) => failed(
+                Reason::ToolError,
+                tools::cut(
+                    format!("The tool reported an error: {}", e.message),
+                    MAX_RESULT_BYTES,
+                ),
+            ),
             Ok(Err(e)) => {
                 tracing::warn!(site = %self.site, server = %self.config.name, tool, error = %e, "MCP call failed");
                 live.broken.notify_one();
@@ -263,9 +309,28 @@ impl Server {
     }
 }
 
+/// Every tool the server lists, page by page, within the bounds above.
 async fn list(peer: &Peer<RoleClient>) -> anyhow::Result<Vec<Listed>> {
-    let tools = peer.list_all_tools().await?;
-    Ok(tools.iter().filter_map(Listed::from_mcp).collect())
+    let mut out = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_PAGES {
+        let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+        let page = peer.list_tools(params).await?;
+        out.extend(page.tools.iter().filter_map(Listed::from_mcp));
+        if out.len() >= MAX_TOOLS {
+            out.truncate(MAX_TOOLS);
+            tracing::warn!(
+                tools = MAX_TOOLS,
+                "an MCP server lists more tools than are kept"
+            );
+            break;
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    Ok(out)
 }
 
 /// Connects once, lists the tools and closes: `deskbell check`.

@@ -3,7 +3,7 @@
 //! operator's word winning, their labels and descriptions cleaned, and a call's
 //! result read as text for the model.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use rmcp::model::{CallToolResult, ContentBlock};
@@ -53,28 +53,20 @@ impl Listed {
 }
 
 /// The site tools of every server, after the file's tools (`taken`). A tool
-/// keeps the server's name unless another source of the site has a tool of that
-/// name; then every server's tool of that name is called `<server>_<name>`.
+/// keeps the server's name unless an earlier source — the file's tools, then
+/// the servers in the file's order — already has a tool of that name; then it
+/// is called `<server>_<name>`. An earlier source's names never move because a
+/// later one lists something new, so the console's changes (kept by name) and
+/// pending cards stay with their tool.
 pub fn site_tools(taken: &HashSet<String>, servers: &[Arc<Server>]) -> Vec<ToolConfig> {
-    let listed: Vec<(Arc<Server>, Arc<Vec<Listed>>)> = servers
-        .iter()
-        .map(|s| (Arc::clone(s), s.listed()))
-        .collect();
-    let mut count: HashMap<String, usize> = HashMap::new();
-    for (_, tools) in &listed {
-        for t in tools.iter() {
-            *count.entry(model_name(&t.name)).or_default() += 1;
-        }
-    }
     let mut used = taken.clone();
     let mut out = Vec::new();
-    for (server, tools) in &listed {
-        for t in tools.iter() {
+    for server in servers {
+        for t in server.listed().iter() {
             let plain = model_name(&t.name);
-            let name = if count[&plain] > 1 || taken.contains(&plain) {
-                model_name(&format!("{}_{}", server.name(), t.name))
-            } else {
-                plain
+            let name = match used.contains(&plain) {
+                true => model_name(&format!("{}_{}", server.name(), t.name)),
+                false => plain,
             };
             if !used.insert(name.clone()) {
                 tracing::warn!(server = %server.name(), tool = %t.name, "an MCP tool whose name clashes even with its server's prefix is not offered");
@@ -183,14 +175,8 @@ pub fn result_text(result: &CallToolResult) -> String {
 }
 
 /// Text cut at a character boundary at most `max` bytes in.
-fn cut(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
+pub fn cut(mut text: String, max: usize) -> String {
+    text.truncate(text.floor_char_boundary(max));
     text
 }
 

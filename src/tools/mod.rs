@@ -43,7 +43,8 @@ impl Tool {
         // card is pending makes that card stale (SPEC §17).
         let executor = match &config.mcp {
             Some(target) => {
-                json!({"mcp": target.server.name(), "tool": target.tool, "timeout_s": config.timeout_s})
+                let server = target.server.config();
+                json!({"mcp": server.name, "command": server.command, "url": server.url, "tool": target.tool, "timeout_s": config.timeout_s})
             }
             None => {
                 json!({"url": config.url, "timeout_s": config.timeout_s, "secret_env": config.secret_env})

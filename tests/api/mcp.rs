@@ -274,30 +274,50 @@ async fn the_files_word_on_a_tool_wins_over_its_annotations() {
 }
 
 #[tokio::test]
-async fn tools_of_two_servers_with_the_same_names_are_told_apart_by_their_server() {
+async fn a_later_server_whose_tool_names_are_taken_has_them_prefixed_and_each_reaches_its_own() {
     let one = tempfile::tempdir().unwrap();
     let two = tempfile::tempdir().unwrap();
+    std::fs::write(one.path().join("a.txt"), "from the docs server").unwrap();
+    std::fs::write(two.path().join("a.txt"), "from the files server").unwrap();
     let mut docs = filesystem(one.path());
     docs.name = "docs".into();
     let files = filesystem(two.path());
     let t = TestApp::with(move |c| {
+        // A file tool named like one of the servers' tools keeps its name.
+        let mut clash = c.sites[0].tools[0].clone();
+        clash.name = "read_text_file".into();
+        c.sites[0].tools.push(clash);
         c.sites[0].mcp.push(docs);
         c.sites[0].mcp.push(files);
     })
     .await;
     let visitor = t.visitor().await;
-    t.question(&visitor, None, "Hello").await;
+    t.llm.push(Script::tool_calls(&[(
+        "docs_read_text_file",
+        json!({"path": one.path().join("a.txt").display().to_string()}),
+    )]));
+    t.question(&visitor, None, "Read the docs copy").await;
     let names = offered(&t, 0);
+    for name in [
+        "read_text_file",
+        "docs_read_text_file",
+        "files_read_text_file",
+        "write_file",
+        "files_write_file",
+    ] {
+        assert!(names.contains(&name.to_string()), "{name} in {names:?}");
+    }
     assert!(
-        names.contains(&"docs_read_text_file".to_string()),
-        "{names:?}"
+        !names.contains(&"docs_write_file".to_string()),
+        "the first server keeps its names"
     );
-    assert!(names.contains(&"files_read_text_file".to_string()));
-    assert!(!names.contains(&"read_text_file".to_string()));
-    assert!(
-        names.contains(&"lookup_order".to_string()),
-        "file tools keep their names"
-    );
+    assert_eq!(tool_result(&t, 1), "from the docs server");
+    t.llm.push(Script::tool_calls(&[(
+        "files_read_text_file",
+        json!({"path": two.path().join("a.txt").display().to_string()}),
+    )]));
+    t.question(&visitor, None, "Read the files copy").await;
+    assert_eq!(tool_result(&t, 3), "from the files server");
 }
 
 #[tokio::test]
@@ -366,13 +386,23 @@ async fn a_server_killed_mid_call_fails_the_call_and_comes_back_for_the_next() {
         "trigger-long-running-operation",
         json!({"duration": 30, "steps": 30}),
     )]));
-    let llm = t.llm.clone();
+    let db = t.db().await;
     let killer = tokio::spawn({
         let pid = first_pid.trim().to_string();
         async move {
-            // The model's first round has been asked for; the call starts right after.
-            until("the model is asked", || !llm.requests().is_empty()).await;
-            tokio::time::sleep(Duration::from_millis(1500)).await;
+            // The call is recorded as running just before it is sent.
+            for _ in 0..300 {
+                let running: i64 =
+                    sqlx::query_scalar("SELECT COUNT(*) FROM calls WHERE status = 'running'")
+                        .fetch_one(&db)
+                        .await
+                        .unwrap();
+                if running > 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
             let status = std::process::Command::new("kill")
                 .args(["-9", &pid])
                 .status()
@@ -463,6 +493,15 @@ async fn the_console_lists_mcp_tools_and_an_admin_can_change_their_policy() {
     assert_eq!(tool["policy"], "confirm");
     assert_eq!(tool["file"]["policy"], "confirm");
     assert_eq!(tool["label"], "Write File");
+    assert_eq!(tool["url"], "mcp://files/write_file");
+    // Neither read-only nor destructive: still confirmed (only read-only runs on its own).
+    let create = admin.tool("acme", "create_directory").await;
+    assert_eq!(create["policy"], "confirm");
+    assert_eq!(admin.tool("acme", "list_directory").await["policy"], "auto");
+    let r = admin
+        .patch_tool("acme", "list_directory", json!({"policy": "off"}))
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.json);
     let r = admin
         .patch_tool("acme", "write_file", json!({"policy": "auto"}))
         .await;
@@ -475,6 +514,10 @@ async fn the_console_lists_mcp_tools_and_an_admin_can_change_their_policy() {
     let r = t.question(&visitor, None, "Write").await;
     assert_eq!(r.event("done")["status"], "answered");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "from the console");
+    assert!(
+        !offered(&t, 0).contains(&"list_directory".to_string()),
+        "switched off in the console"
+    );
 }
 
 #[test]
@@ -521,6 +564,10 @@ fn an_mcp_server_needs_exactly_one_of_command_and_url() {
         (
             "command = [\"node\"]\ntimeout_s = 0",
             "site[0].mcp[0].timeout_s",
+        ),
+        (
+            "command = [\"node\"]\npass_env = [\"BETTER_AUTH_SECRET\"]",
+            "site[0].mcp[0].pass_env[0]",
         ),
     ] {
         let e = Config::from_toml(&text(server), "t.toml", &env).unwrap_err();
