@@ -122,13 +122,24 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Logs go to stderr, one line per event: readable text, or with
+/// `DESKBELL_LOG_FORMAT=json` one JSON object per line (time, level, target,
+/// the request's and turn's fields, message) for log collectors (SPEC §18).
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("DESKBELL_LOG")
         .unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match std::env::var("DESKBELL_LOG_FORMAT").as_deref() {
+        Ok("json") => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(true)
+            .init(),
+        _ => builder.init(),
+    }
 }
 
 /// Why `serve` cannot start with this secret, if it cannot.
@@ -159,6 +170,9 @@ async fn serve(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     let bind = config.server.bind.clone();
+    if let Some(metrics) = &config.server.metrics_bind {
+        crate::ops::metrics::start(metrics).await?;
+    }
     let app = crate::app::build(config, Default::default()).await?;
     let router = crate::routes::router(app.clone());
     let listener = tokio::net::TcpListener::bind(&bind).await?;

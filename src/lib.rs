@@ -26,6 +26,7 @@ mod live;
 pub mod llm;
 pub mod mcp;
 pub mod operator;
+pub mod ops;
 pub mod routes;
 pub mod secret;
 mod server;

@@ -25,6 +25,7 @@ pub fn router(app: App) -> Router {
     let request_id = HeaderName::from_static("x-request-id");
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(crate::ops::ready::readyz))
         .merge(crate::visitor::router())
         .merge(crate::ask::router())
         .merge(crate::conversation::router())

@@ -48,6 +48,9 @@ pub(super) fn apply(config: &mut Config, env: &Env) -> Vec<Problem> {
     if let Some(v) = env.get("DESKBELL_REDIS_URL") {
         config.server.redis_url = Some(v.into());
     }
+    if let Some(v) = env.get("DESKBELL_METRICS_BIND") {
+        config.server.metrics_bind = Some(v.into());
+    }
     if let Some(v) = env.get("DESKBELL_LLM_BASE_URL") {
         config.llm.base_url = v.into();
     }

@@ -95,6 +95,12 @@ pub struct ServerConfig {
     /// Whether turns' starts and ends are committed together on PostgreSQL (as
     /// always on SQLite). On by default; off only to measure what it brings.
     pub group_commit: bool,
+    /// Where Prometheus scrapes `/metrics` (SPEC §18): its own address, never
+    /// the public one. Off unless set.
+    pub metrics_bind: Option<String>,
+    /// The console's own origin (SPEC §12, §15), when it is served under a name
+    /// other than the bind address.
+    pub public_url: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -113,6 +119,8 @@ impl Default for ServerConfig {
             idle_timeout_s: 60.0,
             redis_url: None,
             group_commit: true,
+            metrics_bind: None,
+            public_url: None,
         }
     }
 }

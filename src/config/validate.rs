@@ -82,6 +82,30 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
             "must be a redis://, rediss:// or unix:// URL",
         );
     }
+    if let Some(metrics) = &config.server.metrics_bind {
+        match metrics.parse::<std::net::SocketAddr>() {
+            Err(_) => add(
+                &mut out,
+                "server.metrics_bind".into(),
+                "must be an address and port such as 127.0.0.1:9464",
+            ),
+            Ok(addr) if config.server.bind_addr() == Some(addr) => add(
+                &mut out,
+                "server.metrics_bind".into(),
+                "must not be the public address (server.bind): metrics are for your monitoring only",
+            ),
+            Ok(_) => {}
+        }
+    }
+    if let Some(url) = &config.server.public_url
+        && !is_http_url(url)
+    {
+        add(
+            &mut out,
+            "server.public_url".into(),
+            "must be an http:// or https:// URL",
+        );
+    }
     if !(3.0..=3600.0).contains(&config.server.lease_s) {
         add(
             &mut out,
@@ -127,17 +151,24 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
     if config.sites.is_empty() {
         add(&mut out, "site".into(), "at least one [[site]] is needed");
     }
+    // Variables that hold Deskbell's own secrets: no MCP child may be given them.
+    let mut secrets: HashSet<&str> = HashSet::from([super::env::SECRET_VAR]);
+    secrets.insert(config.llm.api_key_env.as_str());
+    for site in &config.sites {
+        secrets.extend(site.identity_secret_env.as_deref());
+        secrets.extend(site.tools.iter().filter_map(|t| t.secret_env.as_deref()));
+    }
     let mut ids = HashSet::new();
     for (i, site) in config.sites.iter().enumerate() {
         if !ids.insert(site.id.as_str()) {
             add(&mut out, format!("site[{i}].id"), "is used by another site");
         }
-        check_site(&format!("site[{i}]"), site, &mut out);
+        check_site(&format!("site[{i}]"), site, &secrets, &mut out);
     }
     out
 }
 
-fn check_site(at: &str, site: &SiteConfig, out: &mut Vec<Problem>) {
+fn check_site(at: &str, site: &SiteConfig, secrets: &HashSet<&str>, out: &mut Vec<Problem>) {
     let add =
         |out: &mut Vec<Problem>, key: String, reason: String| out.push(Problem { key, reason });
     if !is_identifier(&site.id) {
@@ -218,13 +249,13 @@ fn check_site(at: &str, site: &SiteConfig, out: &mut Vec<Problem>) {
                 ),
             );
         }
-        for (key, reason) in check_mcp(server) {
+        for (key, reason) in check_mcp(server, secrets) {
             add(out, format!("{at}.{key}"), reason);
         }
     }
 }
 
-fn check_mcp(server: &McpConfig) -> Vec<(String, String)> {
+fn check_mcp(server: &McpConfig, secrets: &HashSet<&str>) -> Vec<(String, String)> {
     let mut out = Vec::new();
     if !is_identifier(&server.name) || server.name.len() > 32 {
         out.push((
@@ -256,6 +287,13 @@ fn check_mcp(server: &McpConfig) -> Vec<(String, String)> {
     for (k, var) in server.pass_env.iter().enumerate() {
         if var.is_empty() || var.contains('=') {
             out.push((format!("pass_env[{k}]"), "must be a variable name".into()));
+        } else if secrets.contains(var.as_str()) {
+            out.push((
+                format!("pass_env[{k}]"),
+                format!(
+                    "{var} holds one of Deskbell's secrets and is never passed to an MCP server"
+                ),
+            ));
         }
     }
     for (name, tool) in &server.tools {
@@ -263,6 +301,16 @@ fn check_mcp(server: &McpConfig) -> Vec<(String, String)> {
             out.push((
                 format!("tools.{name}.label"),
                 "must not be empty: visitors see it on the card".into(),
+            ));
+        }
+        if tool
+            .label
+            .as_ref()
+            .is_some_and(|l| l.chars().any(crate::tools::render::hidden))
+        {
+            out.push((
+                format!("tools.{name}.label"),
+                "must not contain invisible or control characters".into(),
             ));
         }
     }

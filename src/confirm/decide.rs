@@ -32,6 +32,11 @@ pub async fn decide(
         Decided::Won => {
             app.live
                 .publish(&call.site, &call.conversation, "card_answered");
+            let decision = match to {
+                CallStatus::Confirmed => "confirmed",
+                _ => "cancelled",
+            };
+            crate::ops::metrics::confirmation(&call.site, decision);
             return Ok(Ok(to));
         }
         Decided::Lost => {

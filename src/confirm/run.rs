@@ -31,6 +31,11 @@ pub async fn record(
     app.store
         .record_outcome(call, status, Some(&outcome.result), &audit)
         .await?;
+    let outcome = match outcome.succeeded {
+        true => "succeeded",
+        false => "failed",
+    };
+    crate::ops::metrics::tool_call(&call.site, Some(&call.tool), call.policy.as_str(), outcome);
     Ok(())
 }
 

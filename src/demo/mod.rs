@@ -54,6 +54,20 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
         println!("{LOCAL_MODEL}");
         use_local_model(&mut config.llm).await;
     }
+    // The demo shows its metrics too, on their own address; a second demo (or
+    // anything else on that port) only loses them.
+    let metrics_bind = config
+        .server
+        .metrics_bind
+        .clone()
+        .unwrap_or_else(|| DEMO_METRICS.into());
+    let metrics = match crate::ops::metrics::start(&metrics_bind).await {
+        Ok(addr) => Some(addr),
+        Err(e) => {
+            tracing::warn!(error = format!("{e:#}"), "the demo serves no metrics");
+            None
+        }
+    };
     let app = crate::app::build(config, Default::default()).await?;
     // The bundled documents may have changed with this version: publish them again
     // (unchanged documents are skipped).
@@ -80,11 +94,17 @@ pub async fn run(env: &Env) -> anyhow::Result<ExitCode> {
             "  sign in as {DEMO_OPERATOR} (its password was printed on the demo's first start)"
         ),
     }
+    if let Some(addr) = metrics {
+        println!("Metrics (Prometheus): http://{addr}/metrics");
+    }
     // The last line printed: whoever reads the demo's output may stop there.
     println!("Deskbell demo: open http://{bind}/ in a browser. Data is kept in {DATA_DIR}.");
     crate::routes::serve(app, router, listener, crate::server::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// Where the demo serves Prometheus metrics (`DESKBELL_METRICS_BIND` moves it).
+const DEMO_METRICS: &str = "127.0.0.1:9464";
 
 /// The operator the demo creates on its first start.
 const DEMO_OPERATOR: &str = "admin@demo.deskbell";

@@ -42,6 +42,12 @@ impl Admission {
 /// The budget (429 `daily_budget_exhausted`, until midnight UTC), then the stream
 /// caps (429 `too_many_streams`), in the order of SPEC §5.
 pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiError> {
+    reserve(app, caller)
+        .await
+        .inspect_err(|e| crate::ops::metrics::guard_refused(e.code()))
+}
+
+async fn reserve(app: &App, caller: &Caller) -> Result<Admission, ApiError> {
     let limits = &caller.site.config.limits;
     let site = caller.site.config.id.clone();
     let now = app.clock.now_ms();

@@ -42,8 +42,20 @@ pub enum Door {
     Read,
 }
 
-/// Runs the guards for a visitor call and returns who is calling.
+/// Runs the guards for a visitor call and returns who is calling; a refusal is
+/// counted by its code (SPEC §18).
 pub async fn admit(
+    app: &App,
+    headers: &HeaderMap,
+    peer: Peer,
+    door: Door,
+) -> Result<Caller, ApiError> {
+    checked(app, headers, peer, door)
+        .await
+        .inspect_err(|e| crate::ops::metrics::guard_refused(e.code()))
+}
+
+async fn checked(
     app: &App,
     headers: &HeaderMap,
     peer: Peer,

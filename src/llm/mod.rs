@@ -96,6 +96,19 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
+    /// A word for the metrics' `kind` label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProviderError::Connect(_) => "connect",
+            ProviderError::Status(_) => "status",
+            ProviderError::Timeout => "timeout",
+            ProviderError::Stream(_) => "stream",
+            ProviderError::Protocol(_) => "protocol",
+            ProviderError::Busy => "busy",
+            ProviderError::TurnTimeout => "turn_timeout",
+        }
+    }
+
     /// Worth retrying before the first token: connection faults, 429 and 5xx.
     pub fn is_transient(&self) -> bool {
         match self {

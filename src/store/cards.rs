@@ -123,6 +123,9 @@ impl Store {
         let mut tx = self.writer().begin().await?;
         let expired = expire_in(&mut tx, now, conversation).await?;
         tx.commit().await?;
+        for c in &expired {
+            crate::ops::metrics::confirmation(&c.site, "expired");
+        }
         Ok(expired)
     }
 }

@@ -58,8 +58,14 @@ pub(super) async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservati
         .execute(&mut **tx)
         .await?;
     } else {
-        expire_in(tx, t.now, Some(&t.conversation)).await?;
-        supersede_in(tx, &t.conversation, t.now).await?;
+        // Counted before the batch commits: a batch that fails is run again job
+        // by job, which may count a card twice (rare, and only in the metric).
+        for c in expire_in(tx, t.now, Some(&t.conversation)).await? {
+            crate::ops::metrics::confirmation(&c.site, "expired");
+        }
+        for c in supersede_in(tx, &t.conversation, t.now).await? {
+            crate::ops::metrics::confirmation(&c.site, "superseded");
+        }
     }
     insert_messages(&mut **tx, &[&t.visitor_message, &t.bubble]).await?;
     Ok(Reservation::Reserved)

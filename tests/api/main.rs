@@ -20,6 +20,7 @@ mod local_arch;
 #[cfg(feature = "local-model")]
 mod local_demo;
 mod mcp;
+mod metrics;
 mod operator;
 mod operator_reads;
 mod operator_tools;

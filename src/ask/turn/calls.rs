@@ -185,6 +185,13 @@ impl Turn {
             AuditRow::for_call(&row, AuditEvent::Refused, Some(reason), now),
         ];
         tracing::info!(tool = %call.name, reason = reason.as_str(), "tool call refused");
+        // Only the site's own tool names become label values.
+        crate::ops::metrics::tool_call(
+            &row.site,
+            tool.map(|t| t.name.as_str()),
+            row.policy.as_str(),
+            "refused",
+        );
         Ok(self.app.store.insert_call(&row, &audit).await?)
     }
 

@@ -14,6 +14,7 @@ impl Turn {
         let (code, message) = match stop {
             Stop::Provider(ProviderError::TurnTimeout) => {
                 tracing::warn!("the turn ran out of time");
+                crate::ops::metrics::provider_error("turn_timeout");
                 (
                     "turn_timeout",
                     "The answer took too long and was stopped. Please try again.",
@@ -21,6 +22,7 @@ impl Turn {
             }
             Stop::Provider(e) => {
                 tracing::warn!(error = %e, "the model stream failed");
+                crate::ops::metrics::provider_error(e.kind());
                 (
                     "provider_error",
                     "The assistant's model stopped answering. Please try again.",
@@ -75,6 +77,7 @@ impl Turn {
         }
         saved?;
         self.open_bubble = None;
+        self.ended(status);
         self.app.live.publish(
             &self.caller.site.config.id,
             &self.conversation,
@@ -87,6 +90,13 @@ impl Turn {
             })
             .await;
         Ok(())
+    }
+
+    /// Counts the ended turn, its duration and its tokens (SPEC §18).
+    fn ended(&self, status: TurnStatus) {
+        let site = &self.caller.site.config.id;
+        crate::ops::metrics::turn_ended(site, status.as_str(), self.began.elapsed());
+        crate::ops::metrics::tokens(site, self.usage.input_tokens, self.usage.output_tokens);
     }
 
     /// Tells the visitor's stream how a recovered call's run went (nobody may be
@@ -108,6 +118,7 @@ impl Turn {
             return;
         }
         let status = self.stopped(Stop::Internal(e)).await;
+        self.ended(status);
         self.sink
             .send(StreamEvent::Done {
                 status,

@@ -80,6 +80,12 @@ pub struct Turn {
     deadline: tokio::time::Instant,
     /// When the bubble's text was last saved while streaming.
     checkpointed: tokio::time::Instant,
+    /// When the turn began, for its time to first token and duration (SPEC §18).
+    began: tokio::time::Instant,
+    /// Whether any text has streamed yet.
+    streamed: bool,
+    /// Counts this turn in the open-streams gauge while it has a reader.
+    _open: Option<crate::ops::metrics::OpenStream>,
 }
 
 impl Turn {
@@ -87,6 +93,7 @@ impl Turn {
         let mut turn = Self::headless(app, caller, sink);
         turn.admission = Some(admission);
         turn.ready = Some(ready);
+        turn._open = Some(crate::ops::metrics::OpenStream::open());
         turn
     }
 
@@ -115,6 +122,9 @@ impl Turn {
             deadline,
             checkpointed: now,
             tools,
+            began: now,
+            streamed: false,
+            _open: None,
         }
     }
 

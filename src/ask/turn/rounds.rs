@@ -110,6 +110,13 @@ impl Turn {
             };
             match event {
                 Ok(ModelEvent::Text(delta)) => {
+                    if !self.streamed {
+                        self.streamed = true;
+                        crate::ops::metrics::first_token(
+                            &self.caller.site.config.id,
+                            self.began.elapsed(),
+                        );
+                    }
                     // PostgreSQL's text columns refuse NUL; it carries no meaning.
                     let delta = without_nul(delta);
                     text.push_str(&delta);

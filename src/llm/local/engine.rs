@@ -105,6 +105,7 @@ impl Engine {
             logits = model.forward(chunk, prefix.len() + i * CHUNK)?;
         }
         let limit = (request.max_tokens as usize).min(room);
+        let generating = std::time::Instant::now();
         let mut writer = Writer::new(self, &request.tools, events);
         let mut position = input_tokens;
         let mut written = 0;
@@ -118,6 +119,10 @@ impl Engine {
             position += 1;
         }
         writer.finish()?;
+        let seconds = generating.elapsed().as_secs_f64();
+        if written > 0 && seconds > 0.0 {
+            crate::ops::metrics::local_speed(written as f64 / seconds);
+        }
         let usage = Usage {
             input_tokens: input_tokens as u64,
             output_tokens: written as u64,

@@ -1,0 +1,307 @@
+//! Operating it (SPEC §18): a real Prometheus (Debian's `prometheus`) scrapes the
+//! real `deskbell serve` on its metrics address while a few asks run; the counters
+//! and histograms it stores are what those asks did. Also `/readyz`, JSON logs,
+//! and that metrics never appear on the public address.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use deskbell::testkit::Reply as Script;
+use serde_json::{Value, json};
+
+use crate::crash::harness::{Server, setup_with};
+use crate::support::free_port;
+
+/// A Prometheus child process scraping `target` every second, stopped on drop.
+struct Prometheus {
+    child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    fn start(target: &str) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: deskbell\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (Debian: apt-get install prometheus)");
+        Prometheus {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        }
+    }
+
+    /// The value of an instant query (summed), or `None` while it has no data.
+    async fn value(&self, query: &str) -> Option<f64> {
+        let r = reqwest::Client::new()
+            .get(format!("{}/api/v1/query", self.base))
+            .query(&[("query", query)])
+            .send()
+            .await
+            .ok()?;
+        let body: Value = r.json().await.ok()?;
+        let result = body["data"]["result"].as_array()?;
+        let first = result.first()?;
+        first["value"][1].as_str()?.parse().ok()
+    }
+
+    /// Waits (bounded) until `query` reaches at least `want`; returns what it read.
+    async fn until_at_least(&self, query: &str, want: f64) -> f64 {
+        let mut last = None;
+        for _ in 0..120 {
+            last = self.value(query).await;
+            if last.is_some_and(|v| v >= want) {
+                return last.unwrap_or_default();
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        panic!("{query}: wanted at least {want}, Prometheus has {last:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prometheus_scrapes_what_the_asks_did() {
+    let metrics_port = free_port();
+    let s = setup_with(
+        false,
+        &format!("metrics_bind = \"127.0.0.1:{metrics_port}\"\n"),
+        "",
+    )
+    .await;
+    let server = Server::start(&s.config, None).await;
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let prometheus = Prometheus::start(&metrics);
+
+    // An answered question, a card confirmed (and its continuation), and a
+    // request the guards refuse.
+    let token = server.visitor().await;
+    s.llm.push(Script::text("Hello!"));
+    let r = server.ask(&token, json!({"message": "Hi"})).await;
+    assert_eq!(r.event("done")["status"], "answered");
+    s.llm.push(Script::tool_calls(&[(
+        "cancel_order",
+        json!({"order_id": 42}),
+    )]));
+    let r = server
+        .ask(&token, json!({"message": "Cancel order 42"}))
+        .await;
+    let card = r.event("confirm").clone();
+    s.llm.push(Script::text("Cancelled."));
+    let r = server
+        .ask(
+            &token,
+            json!({"conversation": r.conversation(), "call": card["call"], "decision": "confirm", "signature": card["signature"]}),
+        )
+        .await;
+    assert_eq!(r.event("done")["status"], "answered");
+    let refused = reqwest::Client::new()
+        .post(format!("{}/v1/ask", server.base))
+        .header("origin", "https://elsewhere.example")
+        .bearer_auth(&token)
+        .json(&json!({"message": "Hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+
+    let answered = prometheus
+        .until_at_least(
+            r#"sum(deskbell_turns_total{site="acme",status="answered"})"#,
+            2.0,
+        )
+        .await;
+    assert_eq!(answered, 2.0);
+    let waiting = prometheus
+        .until_at_least(
+            r#"sum(deskbell_turns_total{status="awaiting_confirmation"})"#,
+            1.0,
+        )
+        .await;
+    assert_eq!(waiting, 1.0);
+    let confirmed = prometheus
+        .until_at_least(
+            r#"sum(deskbell_confirmations_total{decision="confirmed"})"#,
+            1.0,
+        )
+        .await;
+    assert_eq!(confirmed, 1.0);
+    let executed = prometheus
+        .until_at_least(
+            r#"sum(deskbell_tool_calls_total{tool="cancel_order",policy="confirm",outcome="succeeded"})"#,
+            1.0,
+        )
+        .await;
+    assert_eq!(executed, 1.0);
+    let refusals = prometheus
+        .until_at_least(
+            r#"sum(deskbell_guard_refusals_total{code="origin_not_allowed"})"#,
+            1.0,
+        )
+        .await;
+    assert_eq!(refusals, 1.0);
+    // Two turns streamed text (the card's turn only called a tool).
+    let firsts = prometheus
+        .until_at_least("sum(deskbell_time_to_first_token_seconds_count)", 2.0)
+        .await;
+    assert_eq!(firsts, 2.0);
+    prometheus
+        .until_at_least("sum(deskbell_turn_duration_seconds_count)", 3.0)
+        .await;
+    prometheus
+        .until_at_least(r#"sum(deskbell_tokens_total{kind="output"})"#, 1.0)
+        .await;
+    assert_eq!(
+        prometheus.value("deskbell_open_streams").await,
+        Some(0.0),
+        "no answer streams now"
+    );
+    server.kill();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_are_served_on_their_own_address_only_and_name_no_visitor() {
+    let metrics_port = free_port();
+    let s = setup_with(
+        false,
+        &format!("metrics_bind = \"127.0.0.1:{metrics_port}\"\n"),
+        "",
+    )
+    .await;
+    let server = Server::start(&s.config, None).await;
+    let token = server.visitor().await;
+    s.llm.push(Script::text("Hello!"));
+    let r = server.ask(&token, json!({"message": "Hi"})).await;
+    let conversation = r.conversation();
+    let http = reqwest::Client::new();
+    let public = http
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(public.status(), 404, "never on the public address");
+    let text = http
+        .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("deskbell_turns_total"), "{text}");
+    assert!(text.contains("# TYPE deskbell_time_to_first_token_seconds histogram"));
+    assert!(
+        !text.contains(&conversation),
+        "no conversation id as a label"
+    );
+    assert!(!text.contains("v_"), "no visitor id as a label");
+    server.kill();
+}
+
+#[test]
+fn metrics_bind_may_not_be_the_public_address() {
+    let text = "[server]\nbind = \"127.0.0.1:8080\"\nmetrics_bind = \"127.0.0.1:8080\"\n\
+                [[site]]\nid = \"acme\"\n";
+    let e =
+        deskbell::config::Config::from_toml(text, "t.toml", &crate::support::env()).unwrap_err();
+    assert!(
+        e.problems.iter().any(|p| p.key == "server.metrics_bind"),
+        "{:?}",
+        e.problems
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_says_ready_and_names_what_is_missing_when_not() {
+    let t = crate::support::TestApp::start().await;
+    let r = reqwest::get(format!("{}/readyz", t.base)).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["status"], "ready");
+    assert_eq!(body["checks"]["database"], "ok");
+
+    // Redis unreachable: asks cannot be counted, so the replica is not ready.
+    let t = crate::support::TestApp::with(|c| {
+        c.server.redis_url = Some(format!("redis://127.0.0.1:{}", free_port()));
+    })
+    .await;
+    let r = reqwest::get(format!("{}/readyz", t.base)).await.unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "service_unavailable");
+    assert_eq!(body["checks"]["counters"], "unavailable");
+    assert_eq!(body["checks"]["database"], "ok");
+    // Liveness stays separate.
+    let r = reqwest::get(format!("{}/healthz", t.base)).await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_are_one_object_per_line_without_message_text() {
+    let s = setup_with(false, "", "").await;
+    let port = free_port();
+    let mut child = crate::support::deskbell_command()
+        .args(["serve", "--config"])
+        .arg(&s.config)
+        .env("DESKBELL_BIND", format!("127.0.0.1:{port}"))
+        .env("BETTER_AUTH_SECRET", crate::support::SECRET)
+        .env("TOOL_SECRET", crate::support::TOOL_SECRET)
+        .env("ACME_IDENTITY_SECRET", crate::support::IDENTITY_SECRET)
+        .env("DESKBELL_LOG_FORMAT", "json")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    for _ in 0..400 {
+        if reqwest::get(format!("{base}/healthz")).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let token = crate::crash::harness::visitor_at(&base).await;
+    s.llm.push(Script::text("Hello!"));
+    let r =
+        crate::crash::harness::ask_at(&base, &token, json!({"message": "my secret question text"}))
+            .await;
+    assert_eq!(r.event("done")["status"], "answered");
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let logs = String::from_utf8_lossy(&out.stderr);
+    let mut lines = 0;
+    for line in logs.lines().filter(|l| !l.trim().is_empty()) {
+        let value: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        for field in ["timestamp", "level", "target"] {
+            assert!(value.get(field).is_some(), "{field} in {line}");
+        }
+        lines += 1;
+    }
+    assert!(lines > 0);
+    assert!(logs.contains("\"request_id\""), "the request's id: {logs}");
+    assert!(!logs.contains("my secret question text"), "{logs}");
+}
