@@ -96,6 +96,14 @@ input_schema = {{ type = "object", required = ["order_id"], properties = {{ orde
         now,
     )
     .await?;
+    // The schema fuzzer calls the operator API with this token.
+    let (_, operator_token) = deskbell::operator::accounts::new_token(
+        &app.store,
+        "e2e",
+        deskbell::states::OperatorRole::Admin,
+        now,
+    )
+    .await?;
     let router = deskbell::routes::router(app.clone());
     tokio::spawn(deskbell::routes::serve(
         app,
@@ -122,6 +130,7 @@ input_schema = {{ type = "object", required = ["order_id"], properties = {{ orde
             "page": page,
             "operator": {"email": "admin@example.test", "password": admin_password},
             "agent": {"email": "agent@example.test", "password": agent_password},
+            "operator_token": operator_token,
         })
     );
     std::future::pending::<()>().await;

@@ -26,6 +26,7 @@ pub fn router(app: App) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(crate::ops::ready::readyz))
+        .route("/openapi.json", get(crate::ops::openapi::openapi_json))
         .merge(crate::visitor::router())
         .merge(crate::ask::router())
         .merge(crate::conversation::router())

@@ -1,5 +1,6 @@
-//! Operating Deskbell (SPEC §18): Prometheus metrics on their own address, and
-//! readiness for load balancers.
+//! Operating Deskbell (SPEC §18): Prometheus metrics on their own address,
+//! readiness for load balancers, and the OpenAPI document.
 
 pub mod metrics;
+pub mod openapi;
 pub mod ready;

@@ -13,7 +13,7 @@ use crate::states::{CallKind, CallStatus, MessageStatus, Role};
 
 // ---- requests -------------------------------------------------------------------
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VisitorRequest {
     pub site: String,
@@ -23,13 +23,13 @@ pub struct VisitorRequest {
     pub identity_token: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct VisitorResponse {
     pub visitor: String,
     pub token: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Decision {
     Confirm,
@@ -37,7 +37,7 @@ pub enum Decision {
 }
 
 /// The body of `POST /v1/ask` as sent; `AskRequest::from_body` decides which form it is.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AskBody {
     #[serde(default)]
@@ -102,7 +102,7 @@ impl AskRequest {
 
 // ---- stream events (§5) ---------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -120,13 +120,13 @@ impl Usage {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ArgLine {
     pub name: String,
     pub value: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Citation {
     pub n: u32,
     pub title: String,
@@ -134,7 +134,7 @@ pub struct Citation {
     pub snippet: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnStatus {
     Answered,
@@ -163,7 +163,7 @@ impl TurnStatus {
 }
 
 /// One server-sent event of the ask stream.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum StreamEvent {
     Decision {
@@ -223,13 +223,13 @@ impl StreamEvent {
 
 // ---- history (§11) --------------------------------------------------------------
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ConversationView {
     pub id: String,
     pub messages: Vec<MessageView>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct MessageView {
     pub id: String,
     pub role: Role,
@@ -243,7 +243,7 @@ pub struct MessageView {
     pub steps: Option<Vec<StepView>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct StepView {
     pub call: String,
     pub tool: String,
@@ -264,12 +264,12 @@ pub struct StepView {
 
 // ---- errors ---------------------------------------------------------------------
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     pub code: &'static str,
     pub message: String,

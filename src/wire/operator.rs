@@ -7,7 +7,7 @@ use crate::states::{CallKind, CallStatus, MessageStatus, OperatorRole, Policy, R
 
 // ---- requests -------------------------------------------------------------------
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoginRequest {
     pub email: String,
@@ -26,7 +26,7 @@ impl std::fmt::Debug for LoginRequest {
 
 /// A change of a tool: the fields given replace the current ones; `reset`
 /// returns the tool to the file's values and must come alone.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolChange {
     pub label: Option<String>,
@@ -36,7 +36,7 @@ pub struct ToolChange {
     pub reset: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PreviewRequest {
     pub arguments: serde_json::Value,
@@ -44,37 +44,37 @@ pub struct PreviewRequest {
 
 // ---- answers --------------------------------------------------------------------
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct OperatorView {
     pub email: String,
     pub role: OperatorRole,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SessionView {
     pub operator: OperatorView,
     pub csrf: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Items<T> {
     pub items: Vec<T>,
 }
 
 /// One page of a list, newest first; `next_cursor` fetches the next.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Page<T> {
     pub items: Vec<T>,
     pub next_cursor: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SiteView {
     pub id: String,
     pub name: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ConversationSummary {
     pub id: String,
     pub site: String,
@@ -86,14 +86,14 @@ pub struct ConversationSummary {
     pub pending_card: Option<PendingCard>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct LastMessage {
     pub role: Role,
     pub text: String,
     pub at: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PendingCard {
     pub call: String,
     pub tool: String,
@@ -101,7 +101,7 @@ pub struct PendingCard {
     pub expires_at: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ConversationDetail {
     pub id: String,
     pub site: String,
@@ -114,7 +114,7 @@ pub struct ConversationDetail {
 }
 
 /// A §11 message as the widget shows it, with what its answer cost.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct OperatorMessage {
     #[serde(flatten)]
     pub message: MessageView,
@@ -122,7 +122,7 @@ pub struct OperatorMessage {
     pub usage: Option<Usage>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CallView {
     pub call: String,
     pub tool: String,
@@ -137,7 +137,7 @@ pub struct CallView {
     pub audit: Vec<serde_json::Value>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ToolView {
     pub site: String,
     pub name: String,
@@ -155,32 +155,32 @@ pub struct ToolView {
 }
 
 /// What the file says, for "Reset to file".
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ToolFileView {
     pub label: String,
     pub description: String,
     pub policy: Policy,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CardPreview {
     pub title: String,
     pub lines: Vec<ArgLine>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct UsageView {
     pub sites: Vec<SiteUsage>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SiteUsage {
     pub site: String,
     pub daily_token_budget: u64,
     pub days: Vec<DayUsage>,
 }
 
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, utoipa::ToSchema)]
 pub struct DayUsage {
     pub day: String,
     pub turns: i64,
@@ -195,7 +195,7 @@ pub struct DayUsage {
     pub failures: i64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct KnowledgeView {
     pub site: String,
     pub sources: Vec<String>,
@@ -203,7 +203,7 @@ pub struct KnowledgeView {
     pub last_report: Option<ReportView>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReportView {
     pub at: String,
     pub added: usize,
@@ -214,13 +214,13 @@ pub struct ReportView {
     pub skipped: Vec<SkippedView>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SkippedView {
     pub source: String,
     pub reason: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PassageView {
     pub n: usize,
     pub title: String,
@@ -229,12 +229,12 @@ pub struct PassageView {
     pub score: f32,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SearchView {
     pub passages: Vec<PassageView>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TokenView {
     pub id: String,
     pub name: String,
@@ -244,7 +244,7 @@ pub struct TokenView {
 }
 
 /// One change the console's live list hears about.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct LiveChange {
     pub id: String,
     pub site: String,

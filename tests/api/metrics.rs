@@ -305,3 +305,53 @@ async fn json_logs_are_one_object_per_line_without_message_text() {
     assert!(logs.contains("\"request_id\""), "the request's id: {logs}");
     assert!(!logs.contains("my secret question text"), "{logs}");
 }
+
+#[tokio::test]
+async fn the_openapi_document_is_3_1_and_every_operation_in_it_is_served() {
+    let t = crate::support::TestApp::start().await;
+    let http = reqwest::Client::new();
+    let doc: Value = http
+        .get(format!("{}/openapi.json", t.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    let codes = doc["components"]["schemas"]["ErrorCode"]["enum"]
+        .as_array()
+        .unwrap();
+    for code in [
+        "invalid_request",
+        "call_not_pending",
+        "rate_limited",
+        "service_unavailable",
+    ] {
+        assert!(codes.iter().any(|c| c == code), "{code}");
+    }
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() >= 20);
+    for (path, item) in paths {
+        let concrete = path
+            .replace("{id}", "x")
+            .replace("{site}", "acme")
+            .replace("{name}", "lookup_order");
+        for method in item.as_object().unwrap().keys() {
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let r = http
+                .request(method.clone(), format!("{}{concrete}", t.base))
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.unwrap_or(Value::Null);
+            let fallback = body["error"]["message"] == "no such endpoint"
+                || body["error"]["code"] == "method_not_allowed";
+            assert!(
+                !fallback,
+                "{method} {path} is documented but not served ({status})"
+            );
+        }
+    }
+}
