@@ -67,7 +67,11 @@ async fn ask(
                 },
             };
             let admission = guard::admit_turn(&app, &caller).await?;
-            let span = tracing::info_span!("turn", site = %caller.site.config.id);
+            let span = tracing::info_span!(
+                "turn",
+                site = %caller.site.config.id,
+                conversation = tracing::field::Empty
+            );
             let turn = Turn::new(app.clone(), caller, admission, sink, ready);
             app.turns
                 .spawn(turn.question(conversation, message).instrument(span));
@@ -81,7 +85,12 @@ async fn ask(
             let verified =
                 confirm::verify_answer(&app, &caller, &conversation, &call, &signature).await?;
             let admission = guard::admit_turn(&app, &caller).await?;
-            let span = tracing::info_span!("turn", site = %caller.site.config.id, call = %verified.call.id);
+            let span = tracing::info_span!(
+                "turn",
+                site = %caller.site.config.id,
+                conversation = %verified.call.conversation,
+                call = %verified.call.id
+            );
             let turn = Turn::new(app.clone(), caller, admission, sink, ready);
             app.turns
                 .spawn(turn.answer(verified, decision).instrument(span));

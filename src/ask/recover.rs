@@ -28,15 +28,19 @@ use crate::store::{CallRow, CallStatus, StreamingAnswer};
 pub async fn recover(app: &App, at_start: bool) -> anyhow::Result<()> {
     for Interrupted { call, answer } in claimed::claim(app, at_start).await? {
         let app = Arc::clone(app);
-        app.clone().turns.spawn(async move {
-            if let Err(e) = finish(&app, &call, answer.clone()).await {
-                tracing::error!(
-                    error = format!("{e:#}"),
-                    "a recovered call could not be finished"
-                );
-                claimed::give_up(&app, &call, answer.as_ref()).await;
-            }
-        });
+        let span = tracing::info_span!("turn", site = %call.site, conversation = %call.conversation, call = %call.id);
+        app.clone().turns.spawn(tracing::Instrument::instrument(
+            async move {
+                if let Err(e) = finish(&app, &call, answer.clone()).await {
+                    tracing::error!(
+                        error = format!("{e:#}"),
+                        "a recovered call could not be finished"
+                    );
+                    claimed::give_up(&app, &call, answer.as_ref()).await;
+                }
+            },
+            span,
+        ));
     }
     Ok(())
 }

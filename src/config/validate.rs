@@ -89,11 +89,21 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
                 "server.metrics_bind".into(),
                 "must be an address and port such as 127.0.0.1:9464",
             ),
-            Ok(addr) if config.server.bind_addr() == Some(addr) => add(
-                &mut out,
-                "server.metrics_bind".into(),
-                "must not be the public address (server.bind): metrics are for your monitoring only",
-            ),
+            // The same port on the same address, or on every address.
+            Ok(addr)
+                if config.server.bind_addr().is_some_and(|bind| {
+                    bind.port() == addr.port()
+                        && (bind.ip() == addr.ip()
+                            || bind.ip().is_unspecified()
+                            || addr.ip().is_unspecified())
+                }) =>
+            {
+                add(
+                    &mut out,
+                    "server.metrics_bind".into(),
+                    "must not be the public address (server.bind): metrics are for your monitoring only",
+                )
+            }
             Ok(_) => {}
         }
     }

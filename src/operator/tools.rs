@@ -129,6 +129,7 @@ pub async fn change(
     for call in &stale {
         app.live
             .publish(&call.site, &call.conversation, "card_answered");
+        crate::ops::metrics::confirmation(&call.site, "expired");
     }
     tracing::info!(
         operator = %operator.email,

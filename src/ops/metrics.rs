@@ -167,8 +167,10 @@ pub fn provider_error(kind: &'static str) {
     counter!("deskbell_provider_errors_total", "kind" => kind).increment(1);
 }
 
-pub fn local_queue(depth: usize) {
-    gauge!("deskbell_local_queue_depth").set(depth as f64);
+/// One more turn waits for the embedded model (`+1`) or one was taken up (`-1`):
+/// changes, not levels, so the worker and the askers need no order.
+pub fn local_queue(change: f64) {
+    gauge!("deskbell_local_queue_depth").increment(change);
 }
 
 pub fn local_speed(tokens_per_second: f64) {

@@ -24,7 +24,7 @@ use crate::wire::*;
 #[schema(as = ErrorCode)]
 #[allow(dead_code)]
 #[serde(rename_all = "snake_case")]
-enum ErrorCodeDoc {
+pub(crate) enum ErrorCodeDoc {
     InvalidRequest,
     InvalidVisitorToken,
     OriginNotAllowed,
@@ -98,20 +98,19 @@ struct AskEventDoc {
     data: String,
 }
 
-/// The names of the console's live events (SPEC §15).
+/// The name of the console's live events (SPEC §15): always `conversation`;
+/// what changed is the data's `change`.
 #[derive(ToSchema)]
 #[schema(as = LiveEventName)]
 #[allow(dead_code)]
 #[serde(rename_all = "snake_case")]
 enum LiveEventNameDoc {
-    Started,
-    CardRaised,
-    CardAnswered,
-    TurnEnded,
+    Conversation,
 }
 
-/// One server-sent event of the console's live stream: its name, and as data a
-/// `LiveChange` in JSON.
+/// One server-sent event of the console's live stream: `conversation`, with a
+/// `LiveChange` in JSON as data (`change`: started, card_raised, card_answered,
+/// turn_ended).
 #[derive(ToSchema)]
 #[schema(as = LiveEvent)]
 #[allow(dead_code)]
@@ -210,62 +209,82 @@ pub async fn openapi_json() -> impl IntoResponse {
 mod operations {
     use super::*;
 
-    const ERRORS: &str = "An error in the envelope of SPEC §5 (`error.code`, `error.message`; `Retry-After` on 429 and 503).";
+    // Errors are listed by status with the codes each can carry, all in the
+    // envelope of SPEC §5 (`error.code`, `error.message`; `Retry-After` on 429 and
+    // 503).
 
     #[utoipa::path(get, path = "/healthz", tag = "operations",
         responses((status = 200, description = "Alive, and the database answers.", body = StatusDoc),
-                  (status = "default", description = ERRORS, body = ErrorBody)))]
+                  (status = 503, description = "service_unavailable: the database does not answer.", body = ErrorBody)))]
     fn healthz() {}
 
     #[utoipa::path(get, path = "/readyz", tag = "operations",
         responses((status = 200, description = "Ready: database, Redis (when configured) and every site's knowledge index.", body = StatusDoc),
-                  (status = 503, description = "Not ready: `service_unavailable` with `checks` naming what failed.", body = ErrorBody),
-                  (status = "default", description = ERRORS, body = ErrorBody)))]
+                  (status = 503, description = "Not ready: `service_unavailable` with `checks` naming what failed.", body = ErrorBody)))]
     fn readyz() {}
 
     #[utoipa::path(post, path = "/v1/visitors", tag = "visitor",
         params(("Origin" = String, Header, description = "One of the site's origins.")),
         request_body = VisitorRequest,
         responses((status = 200, description = "A visitor token (SPEC §4).", body = VisitorResponse),
-                  (status = "default", description = "invalid_request, origin_not_allowed, identity_invalid, site_not_found, rate_limited, service_unavailable.", body = ErrorBody)))]
+                  (status = 400, description = "invalid_request.", body = ErrorBody),
+                  (status = 403, description = "origin_not_allowed, identity_invalid.", body = ErrorBody),
+                  (status = 404, description = "site_not_found.", body = ErrorBody),
+                  (status = 429, description = "rate_limited.", body = ErrorBody),
+                  (status = 503, description = "service_unavailable.", body = ErrorBody)))]
     fn create_visitor() {}
 
     #[utoipa::path(post, path = "/v1/ask", tag = "visitor", security(("visitor" = [])),
         params(("Origin" = String, Header, description = "One of the site's origins.")),
         request_body(content = AskBody, description = "A question (`message`, optional `conversation`) or an answer to a card (`conversation`, `call`, `decision`, `signature`)."),
         responses((status = 200, description = "Server-sent events: `turn` {conversation, turn, message}, `delta` {text}, `step` {call, tool, label, status}, `confirm` {call, tool, label, arguments, expires_at, signature}, `decision` {call, status}, `citations` {items}, `error` {code, message}, and last `done` {status, usage}. Each event's data is one of the `StreamEvent` shapes.", content_type = "text/event-stream", body = AskEventDoc),
-                  (status = "default", description = "invalid_request, invalid_visitor_token, origin_not_allowed, identity_invalid, conversation_not_found, call_not_found, call_not_pending, confirmation_expired, signature_invalid, message_too_long, rate_limited, too_many_streams, daily_budget_exhausted, provider_unavailable, service_unavailable.", body = ErrorBody)))]
+                  (status = 400, description = "invalid_request.", body = ErrorBody),
+                  (status = 401, description = "invalid_visitor_token.", body = ErrorBody),
+                  (status = 403, description = "origin_not_allowed, identity_invalid, signature_invalid.", body = ErrorBody),
+                  (status = 404, description = "conversation_not_found, call_not_found.", body = ErrorBody),
+                  (status = 409, description = "call_not_pending.", body = ErrorBody),
+                  (status = 410, description = "confirmation_expired.", body = ErrorBody),
+                  (status = 413, description = "message_too_long.", body = ErrorBody),
+                  (status = 429, description = "rate_limited, too_many_streams, daily_budget_exhausted.", body = ErrorBody),
+                  (status = 503, description = "provider_unavailable, service_unavailable.", body = ErrorBody)))]
     fn ask() {}
 
     #[utoipa::path(get, path = "/v1/conversations/{id}", tag = "visitor", security(("visitor" = [])),
         params(("id" = String, Path, description = "A conversation id (c_…)."),
                ("Origin" = String, Header, description = "One of the site's origins.")),
         responses((status = 200, description = "The conversation's messages in order (SPEC §11).", body = ConversationView),
-                  (status = "default", description = "invalid_visitor_token, origin_not_allowed, conversation_not_found, rate_limited, service_unavailable.", body = ErrorBody)))]
+                  (status = 401, description = "invalid_visitor_token.", body = ErrorBody),
+                  (status = 403, description = "origin_not_allowed.", body = ErrorBody),
+                  (status = 404, description = "conversation_not_found.", body = ErrorBody),
+                  (status = 429, description = "rate_limited.", body = ErrorBody),
+                  (status = 503, description = "service_unavailable.", body = ErrorBody)))]
     fn conversation() {}
 
     #[utoipa::path(post, path = "/v1/operator/session", tag = "operator",
         request_body = LoginRequest,
         responses((status = 200, description = "Signed in: the session cookie is set; `csrf` goes in `X-Deskbell-CSRF` on changes.", body = SessionView),
-                  (status = "default", description = "invalid_request, login_failed, rate_limited.", body = ErrorBody)))]
+                  (status = 400, description = "invalid_request.", body = ErrorBody),
+                  (status = 401, description = "login_failed.", body = ErrorBody),
+                  (status = 429, description = "rate_limited.", body = ErrorBody)))]
     fn session_login() {}
 
     #[utoipa::path(get, path = "/v1/operator/session", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
         responses((status = 200, description = "Who is signed in.", body = SessionView),
-                  (status = "default", description = "operator_unauthenticated.", body = ErrorBody)))]
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
     fn session_show() {}
 
     #[utoipa::path(delete, path = "/v1/operator/session", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
         responses((status = 204, description = "Signed out."),
-                  (status = "default", description = "operator_unauthenticated, csrf_invalid.", body = ErrorBody)))]
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+                  (status = 403, description = "csrf_invalid.", body = ErrorBody)))]
     fn session_logout() {}
 
     #[utoipa::path(get, path = "/v1/operator/sites", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
         responses((status = 200, description = "The configured sites.", body = Items<SiteView>),
-                  (status = "default", description = "operator_unauthenticated.", body = ErrorBody)))]
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
     fn sites() {}
 
     #[utoipa::path(get, path = "/v1/operator/conversations", tag = "operator",
@@ -274,21 +293,23 @@ mod operations {
                ("pending" = Option<bool>, Query), ("q" = Option<String>, Query, description = "An exact id, or words of a message."),
                ("cursor" = Option<String>, Query), ("limit" = Option<i64>, Query, description = "1 to 100.")),
         responses((status = 200, description = "Newest first, keyset-paged.", body = Page<ConversationSummary>),
-                  (status = "default", description = "invalid_request, operator_unauthenticated.", body = ErrorBody)))]
+                  (status = 400, description = "invalid_request.", body = ErrorBody),
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
     fn conversations() {}
 
     #[utoipa::path(get, path = "/v1/operator/conversations/{id}", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
         params(("id" = String, Path)),
         responses((status = 200, description = "One conversation with every call and its audit rows.", body = ConversationDetail),
-                  (status = "default", description = "operator_unauthenticated, conversation_not_found.", body = ErrorBody)))]
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+                  (status = 404, description = "conversation_not_found.", body = ErrorBody)))]
     fn conversation_detail() {}
 
     #[utoipa::path(get, path = "/v1/operator/events", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
-        params(("site" = Option<String>, Query)),
-        responses((status = 200, description = "Server-sent events `started`, `card_raised`, `card_answered`, `turn_ended`, each with a `LiveChange`.", content_type = "text/event-stream", body = LiveEventDoc),
-                  (status = "default", description = "invalid_request, operator_unauthenticated.", body = ErrorBody)))]
+            responses((status = 200, description = "Server-sent events named `conversation`, each with a `LiveChange` whose `change` is started, card_raised, card_answered or turn_ended.", content_type = "text/event-stream", body = LiveEventDoc),
+                  (status = 400, description = "invalid_request.", body = ErrorBody),
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
     fn events() {}
 
     #[utoipa::path(get, path = "/v1/operator/audit", tag = "operator",
@@ -298,21 +319,24 @@ mod operations {
                ("before" = Option<String>, Query, description = "RFC 3339."), ("cursor" = Option<String>, Query),
                ("limit" = Option<i64>, Query, description = "1 to 100.")),
         responses((status = 200, description = "Audit rows, newest first.", body = Page<AuditEntryDoc>),
-                  (status = "default", description = "invalid_request, operator_unauthenticated.", body = ErrorBody)))]
+                  (status = 400, description = "invalid_request.", body = ErrorBody),
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
     fn audit() {}
 
     #[utoipa::path(get, path = "/v1/operator/audit/export", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
         params(("format" = Option<String>, Query, description = "jsonl (default) or csv."), ("site" = Option<String>, Query)),
-        responses((status = 200, description = "The whole table, oldest first, as a download.", content_type = "application/x-ndjson", body = String),
-                  (status = "default", description = "invalid_request, operator_unauthenticated.", body = ErrorBody)))]
+        responses((status = 200, description = "The whole table, oldest first, as a download: JSON lines, or CSV with `format=csv`.", content((String = "application/x-ndjson"), (String = "text/csv"))),
+                  (status = 400, description = "invalid_request.", body = ErrorBody),
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
     fn audit_export() {}
 
     #[utoipa::path(get, path = "/v1/operator/tools", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
         params(("site" = Option<String>, Query)),
         responses((status = 200, description = "Every tool as it stands.", body = Items<ToolView>),
-                  (status = "default", description = "invalid_request, operator_unauthenticated.", body = ErrorBody)))]
+                  (status = 400, description = "invalid_request.", body = ErrorBody),
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
     fn tools() {}
 
     #[utoipa::path(patch, path = "/v1/operator/tools/{site}/{name}", tag = "operator",
@@ -320,7 +344,10 @@ mod operations {
         params(("site" = String, Path), ("name" = String, Path)),
         request_body = ToolChange,
         responses((status = 200, description = "The tool after the change (admins only).", body = ToolView),
-                  (status = "default", description = "invalid_request, operator_unauthenticated, forbidden, csrf_invalid, not_found.", body = ErrorBody)))]
+                  (status = 400, description = "invalid_request.", body = ErrorBody),
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+                  (status = 403, description = "forbidden, csrf_invalid.", body = ErrorBody),
+                  (status = 404, description = "not_found.", body = ErrorBody)))]
     fn tool_change() {}
 
     #[utoipa::path(post, path = "/v1/operator/tools/{site}/{name}/preview", tag = "operator",
@@ -328,46 +355,142 @@ mod operations {
         params(("site" = String, Path), ("name" = String, Path)),
         request_body = PreviewRequest,
         responses((status = 200, description = "The card these arguments would raise.", body = CardPreview),
-                  (status = "default", description = "invalid_request, operator_unauthenticated, csrf_invalid, not_found.", body = ErrorBody)))]
+                  (status = 400, description = "invalid_request.", body = ErrorBody),
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+                  (status = 403, description = "csrf_invalid.", body = ErrorBody),
+                  (status = 404, description = "not_found.", body = ErrorBody)))]
     fn tool_preview() {}
 
     #[utoipa::path(get, path = "/v1/operator/usage", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
-        params(("site" = Option<String>, Query), ("days" = Option<i64>, Query, description = "1 to 366.")),
+        params(("site" = Option<String>, Query), ("days" = Option<i64>, Query, description = "1 to 90.")),
         responses((status = 200, description = "Per site and UTC day.", body = UsageView),
-                  (status = "default", description = "invalid_request, operator_unauthenticated.", body = ErrorBody)))]
+                  (status = 400, description = "invalid_request.", body = ErrorBody),
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
     fn usage() {}
 
     #[utoipa::path(get, path = "/v1/operator/knowledge", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
         responses((status = 200, description = "Each site's sources and last ingest.", body = Items<KnowledgeView>),
-                  (status = "default", description = "operator_unauthenticated.", body = ErrorBody)))]
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
     fn knowledge() {}
 
     #[utoipa::path(post, path = "/v1/operator/knowledge/{site}/ingest", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
         params(("site" = String, Path)),
         responses((status = 200, description = "The ingest's report (admins only).", body = ReportView),
-                  (status = "default", description = "operator_unauthenticated, forbidden, csrf_invalid, not_found.", body = ErrorBody)))]
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+                  (status = 403, description = "forbidden, csrf_invalid.", body = ErrorBody),
+                  (status = 404, description = "not_found.", body = ErrorBody)))]
     fn knowledge_ingest() {}
 
     #[utoipa::path(get, path = "/v1/operator/knowledge/{site}/search", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
         params(("site" = String, Path), ("q" = String, Query)),
         responses((status = 200, description = "What a turn would give the model for this question.", body = SearchView),
-                  (status = "default", description = "invalid_request, operator_unauthenticated, not_found.", body = ErrorBody)))]
+                  (status = 400, description = "invalid_request.", body = ErrorBody),
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+                  (status = 404, description = "not_found.", body = ErrorBody)))]
     fn knowledge_search() {}
 
     #[utoipa::path(get, path = "/v1/operator/tokens", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
         responses((status = 200, description = "Operator API tokens (never their secrets).", body = Items<TokenView>),
-                  (status = "default", description = "operator_unauthenticated, forbidden.", body = ErrorBody)))]
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+                  (status = 403, description = "forbidden.", body = ErrorBody)))]
     fn tokens() {}
 
     #[utoipa::path(delete, path = "/v1/operator/tokens/{id}", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
         params(("id" = String, Path)),
         responses((status = 204, description = "Revoked."),
-                  (status = "default", description = "operator_unauthenticated, forbidden, csrf_invalid, not_found.", body = ErrorBody)))]
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+                  (status = 403, description = "forbidden, csrf_invalid.", body = ErrorBody),
+                  (status = 404, description = "not_found.", body = ErrorBody)))]
     fn token_revoke() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::error::ApiError as E;
+
+    /// Every variant, once; the match below stops compiling when one is added
+    /// without being listed here.
+    fn every_error() -> Vec<E> {
+        let all = vec![
+            E::InvalidRequest(String::new()),
+            E::InvalidVisitorToken,
+            E::OriginNotAllowed,
+            E::IdentityInvalid,
+            E::SiteNotFound,
+            E::SignatureInvalid,
+            E::ConversationNotFound,
+            E::CallNotFound,
+            E::CallNotPending,
+            E::ConfirmationExpired,
+            E::MessageTooLong(1),
+            E::BodyTooLarge,
+            E::RateLimited(1),
+            E::TooManyStreams(1),
+            E::DailyBudgetExhausted(1),
+            E::ProviderUnavailable,
+            E::ServiceUnavailable(1),
+            E::NotFound,
+            E::MethodNotAllowed,
+            E::OperatorUnauthenticated,
+            E::LoginFailed,
+            E::Forbidden,
+            E::CsrfInvalid,
+            E::Missing("x"),
+            E::Internal(anyhow::anyhow!("x")),
+        ];
+        for e in &all {
+            match e {
+                E::InvalidRequest(_)
+                | E::InvalidVisitorToken
+                | E::OriginNotAllowed
+                | E::IdentityInvalid
+                | E::SiteNotFound
+                | E::SignatureInvalid
+                | E::ConversationNotFound
+                | E::CallNotFound
+                | E::CallNotPending
+                | E::ConfirmationExpired
+                | E::MessageTooLong(_)
+                | E::BodyTooLarge
+                | E::RateLimited(_)
+                | E::TooManyStreams(_)
+                | E::DailyBudgetExhausted(_)
+                | E::ProviderUnavailable
+                | E::ServiceUnavailable(_)
+                | E::NotFound
+                | E::MethodNotAllowed
+                | E::OperatorUnauthenticated
+                | E::LoginFailed
+                | E::Forbidden
+                | E::CsrfInvalid
+                | E::Missing(_)
+                | E::Internal(_) => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_error_code_is_in_the_document_and_the_document_has_no_other() {
+        let doc: serde_json::Value = serde_json::from_str(super::document()).unwrap();
+        let listed: Vec<&str> = doc["components"]["schemas"]["ErrorCode"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        let mut codes: Vec<&str> = every_error().iter().map(|e| e.code()).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        let mut sorted = listed.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, codes);
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    }
 }

@@ -18,7 +18,7 @@ pub async fn readyz(State(app): State<App>) -> (StatusCode, Json<Value>) {
         .sites
         .values()
         .filter(|s| !s.config.knowledge.is_empty())
-        .all(|s| app.knowledge.has(&s.config.id));
+        .all(|s| app.knowledge.has(&s.config.id) && app.knowledge.reload(&s.config.id).is_ok());
     let ready = database && counters && knowledge;
     let word = |ok: bool| if ok { "ok" } else { "unavailable" };
     let checks = json!({

@@ -271,6 +271,7 @@ pub struct ErrorBody {
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
+    #[schema(value_type = crate::ops::openapi::ErrorCodeDoc)]
     pub code: &'static str,
     pub message: String,
 }

@@ -129,21 +129,35 @@ async fn prometheus_scrapes_what_the_asks_did() {
         .await
         .unwrap();
     assert_eq!(refused.status(), 403);
+    // A card left waiting while the visitor asks something else: superseded.
+    s.llm.push(Script::tool_calls(&[(
+        "cancel_order",
+        json!({"order_id": 7}),
+    )]));
+    let r = server.ask(&token, json!({"message": "Cancel order 7"})).await;
+    s.llm.push(Script::text("Sure."));
+    server
+        .ask(&token, json!({"message": "Never mind", "conversation": r.conversation()}))
+        .await;
 
     let answered = prometheus
         .until_at_least(
             r#"sum(deskbell_turns_total{site="acme",status="answered"})"#,
-            2.0,
+            3.0,
         )
         .await;
-    assert_eq!(answered, 2.0);
+    assert_eq!(answered, 3.0);
     let waiting = prometheus
         .until_at_least(
             r#"sum(deskbell_turns_total{status="awaiting_confirmation"})"#,
-            1.0,
+            2.0,
         )
         .await;
-    assert_eq!(waiting, 1.0);
+    assert_eq!(waiting, 2.0);
+    let superseded = prometheus
+        .until_at_least(r#"sum(deskbell_confirmations_total{decision="superseded"})"#, 1.0)
+        .await;
+    assert_eq!(superseded, 1.0);
     let confirmed = prometheus
         .until_at_least(
             r#"sum(deskbell_confirmations_total{decision="confirmed"})"#,
@@ -165,13 +179,14 @@ async fn prometheus_scrapes_what_the_asks_did() {
         )
         .await;
     assert_eq!(refusals, 1.0);
-    // Two turns streamed text (the card's turn only called a tool).
+    // Two questions streamed text (the others only called a tool; a
+    // continuation's first token is not a question's and is not timed).
     let firsts = prometheus
         .until_at_least("sum(deskbell_time_to_first_token_seconds_count)", 2.0)
         .await;
     assert_eq!(firsts, 2.0);
     prometheus
-        .until_at_least("sum(deskbell_turn_duration_seconds_count)", 3.0)
+        .until_at_least("sum(deskbell_turn_duration_seconds_count)", 5.0)
         .await;
     prometheus
         .until_at_least(r#"sum(deskbell_tokens_total{kind="output"})"#, 1.0)
@@ -303,6 +318,12 @@ async fn json_logs_are_one_object_per_line_without_message_text() {
     }
     assert!(lines > 0);
     assert!(logs.contains("\"request_id\""), "the request's id: {logs}");
+    let conversation = r.conversation();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("\"site\":\"acme\"") && l.contains(&conversation)),
+        "lines of the turn name its site and conversation: {logs}"
+    );
     assert!(!logs.contains("my secret question text"), "{logs}");
 }
 

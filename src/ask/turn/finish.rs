@@ -93,7 +93,7 @@ impl Turn {
     }
 
     /// Counts the ended turn, its duration and its tokens (SPEC §18).
-    fn ended(&self, status: TurnStatus) {
+    pub(super) fn ended(&self, status: TurnStatus) {
         let site = &self.caller.site.config.id;
         crate::ops::metrics::turn_ended(site, status.as_str(), self.began.elapsed());
         crate::ops::metrics::tokens(site, self.usage.input_tokens, self.usage.output_tokens);

@@ -82,9 +82,12 @@ pub struct Turn {
     checkpointed: tokio::time::Instant,
     /// When the turn began, for its time to first token and duration (SPEC §18).
     began: tokio::time::Instant,
-    /// Whether any text has streamed yet.
+    /// Whether any text has streamed yet (or, for a turn whose first token is
+    /// not a question's — a continuation after a card or a crash — whether it
+    /// is no longer to be timed).
     streamed: bool,
-    /// Counts this turn in the open-streams gauge while it has a reader.
+    /// Counts this turn in the open-streams gauge from its ask until it ends
+    /// (a visitor who left meanwhile is counted until then).
     _open: Option<crate::ops::metrics::OpenStream>,
 }
 
@@ -123,13 +126,16 @@ impl Turn {
             checkpointed: now,
             tools,
             began: now,
-            streamed: false,
+            streamed: true,
             _open: None,
         }
     }
 
     /// A new question: save it, reach the model, stream the answer.
     pub async fn question(mut self, conversation: Option<ConversationId>, message: String) {
+        // Only a question's first token is timed (SPEC §18): a continuation's
+        // would include the tool's run.
+        self.streamed = false;
         if let Err(e) = self.run_question(conversation, message).await {
             self.abort(e).await;
         }
@@ -187,6 +193,9 @@ impl Turn {
         let site = self.caller.site.clone();
         let is_new = conversation.is_none();
         self.conversation = conversation.map_or_else(|| new_id("c"), |c| c.as_str().to_string());
+        // Every later line of this turn names its conversation (JSON logs carry
+        // the span's fields).
+        tracing::Span::current().record("conversation", self.conversation.as_str());
         tracing::info!(conversation = %self.conversation, turn = %self.turn, "question");
         let history = match is_new {
             true => Vec::new(),
@@ -243,6 +252,8 @@ impl Turn {
             Ok(stream) => stream,
             Err(e) => {
                 tracing::warn!(error = %e, "the model could not be reached");
+                crate::ops::metrics::provider_error(e.kind());
+                self.ended(crate::wire::TurnStatus::Failed);
                 store
                     .finish_turn(TurnEnd {
                         message: bubble.id.clone(),

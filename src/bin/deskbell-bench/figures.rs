@@ -66,6 +66,13 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     if wants("throughput") {
         throughput(&sizes).await?;
     }
+    if wants("metrics") {
+        metrics_on_and_off(&sizes).await?;
+    }
+    // PostgreSQL, Redis and HAProxy: only when asked for by name.
+    if only == Some("replicas") {
+        crate::replicas::figures(&sizes).await?;
+    }
     if wants("confirm") {
         confirm_round_trip(&sizes).await?;
     }
@@ -246,16 +253,91 @@ async fn added_ttft(sizes: &Sizes) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The added time to first token with metrics off and on, alternating in one
+/// run (off, on, off, on) so the machine's drift falls on both; while metrics
+/// are on, `/metrics` is scraped every second as Prometheus would.
+async fn metrics_on_and_off(sizes: &Sizes) -> anyhow::Result<()> {
+    let (llm, hook) = fakes().await?;
+    let mut added = [Samples::default(), Samples::default()];
+    let mut model_all = Samples::default();
+    for round in 0..4 {
+        let on = round % 2 == 1;
+        let mut scraper = None;
+        let s = match on {
+            false => server::start(&llm, &hook).await?,
+            true => {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                    .local_addr()?
+                    .port();
+                let addr = format!("127.0.0.1:{port}");
+                let s = server::start_with_metrics(&llm, &hook, &addr).await?;
+                let url = format!("http://{addr}/metrics");
+                scraper = Some(tokio::spawn(async move {
+                    let http = reqwest::Client::new();
+                    loop {
+                        if let Ok(r) = http.get(&url).send().await {
+                            let _ = r.bytes().await;
+                        }
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }));
+                s
+            }
+        };
+        let client = Client::new(&s.base);
+        asks_in_parallel(&client, "bench", sizes.concurrency, 2).await?;
+        let (deskbell, _) =
+            asks_in_parallel(&client, "bench", sizes.concurrency, sizes.asks_per_client).await?;
+        let model = model_ttft(&llm, sizes.concurrency, sizes.asks_per_client).await?;
+        added[on as usize].extend(deskbell);
+        model_all.extend(model);
+        if let Some(scraper) = scraper {
+            scraper.abort();
+        }
+    }
+    let over = |d: &Samples, p: f64| d.percentile(p).saturating_sub(model_all.percentile(p));
+    for (on, label) in [(false, "off"), (true, "on (scraped every second)")] {
+        let d = &added[on as usize];
+        report(
+            &format!("added time to first token, metrics {label}"),
+            &format!(
+                "p50 {} p99 {} ({} turns)",
+                ms(over(d, 0.5)),
+                ms(over(d, 0.99)),
+                d.len()
+            ),
+            "on ≈ off",
+        );
+    }
+    Ok(())
+}
+
 async fn throughput(sizes: &Sizes) -> anyhow::Result<()> {
     let (llm, hook) = fakes().await?;
     let s = server::start(&llm, &hook).await?;
-    let client = Client::new(&s.base);
     let concurrency = 64.min(sizes.concurrency.max(8));
+    let rate = turns_per_second(&s.base, concurrency, sizes.throughput_for).await?;
+    report(
+        &format!("short question turns per second (SQLite, {concurrency} clients)"),
+        &format!("{rate:.0} turns/s"),
+        "≥ 2,000",
+    );
+    Ok(())
+}
+
+/// Short question turns per second at `base` with `concurrency` visitors asking
+/// one after another for `run`.
+pub async fn turns_per_second(
+    base: &str,
+    concurrency: usize,
+    run: Duration,
+) -> anyhow::Result<f64> {
+    let client = Client::new(base);
     let mut tokens = Vec::new();
     for _ in 0..concurrency {
         tokens.push(client.visitor("bench").await?);
     }
-    let deadline = Instant::now() + sizes.throughput_for;
+    let deadline = Instant::now() + run;
     let started = Instant::now();
     let tasks = tokens.into_iter().map(|token| {
         let client = client.clone();
@@ -273,13 +355,7 @@ async fn throughput(sizes: &Sizes) -> anyhow::Result<()> {
     for done in futures_util::future::join_all(tasks).await {
         turns += done?;
     }
-    let rate = turns as f64 / started.elapsed().as_secs_f64();
-    report(
-        &format!("short question turns per second (SQLite, {concurrency} clients)"),
-        &format!("{rate:.0} turns/s"),
-        "≥ 2,000",
-    );
-    Ok(())
+    Ok(turns as f64 / started.elapsed().as_secs_f64())
 }
 
 async fn confirm_round_trip(sizes: &Sizes) -> anyhow::Result<()> {

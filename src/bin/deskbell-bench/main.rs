@@ -13,6 +13,7 @@ mod knowledge;
 mod load;
 #[cfg(feature = "local-model")]
 mod local;
+mod replicas;
 mod server;
 mod stats;
 

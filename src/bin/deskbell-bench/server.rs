@@ -99,6 +99,19 @@ pub async fn start(llm: &FakeLlm, hook: &Webhook) -> anyhow::Result<Server> {
     Ok(server)
 }
 
+/// Like `start`, with Prometheus metrics served on `metrics` (SPEC §18).
+pub async fn start_with_metrics(
+    llm: &FakeLlm,
+    hook: &Webhook,
+    metrics: &str,
+) -> anyhow::Result<Server> {
+    let dir = tempfile::tempdir()?;
+    let env = [("DESKBELL_METRICS_BIND", metrics)];
+    let mut server = start_in_env(dir.path(), None, llm, hook, &env).await?;
+    server._dir = Some(dir);
+    Ok(server)
+}
+
 /// Starts a server keeping its files in `dir`, optionally with a knowledge folder.
 pub async fn start_in(
     dir: &std::path::Path,
@@ -106,21 +119,51 @@ pub async fn start_in(
     llm: &FakeLlm,
     hook: &Webhook,
 ) -> anyhow::Result<Server> {
+    start_in_env(dir, knowledge, llm, hook, &[]).await
+}
+
+async fn start_in_env(
+    dir: &std::path::Path,
+    knowledge: Option<&std::path::Path>,
+    llm: &FakeLlm,
+    hook: &Webhook,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Server> {
+    let database_url = database(dir).await?;
+    start_on(dir, knowledge, llm, hook, env, &database_url).await
+}
+
+/// A replica: a server on a given database (one of several sharing it).
+pub async fn start_replica(
+    dir: &std::path::Path,
+    llm: &FakeLlm,
+    hook: &Webhook,
+    env: &[(&str, &str)],
+    database_url: &str,
+) -> anyhow::Result<Server> {
+    start_on(dir, None, llm, hook, env, database_url).await
+}
+
+async fn start_on(
+    dir: &std::path::Path,
+    knowledge: Option<&std::path::Path>,
+    llm: &FakeLlm,
+    hook: &Webhook,
+    env: &[(&str, &str)],
+    database_url: &str,
+) -> anyhow::Result<Server> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
     let path = dir.join("bench.toml");
-    let database_url = database(dir).await?;
-    std::fs::write(
-        &path,
-        config(llm, hook, port, dir, knowledge, &database_url),
-    )?;
+    std::fs::write(&path, config(llm, hook, port, dir, knowledge, database_url))?;
     let started = Instant::now();
     let child = Command::new(deskbell_binary()?)
         .args(["serve", "--config"])
         .arg(&path)
         .env("BETTER_AUTH_SECRET", SECRET)
         .env("DESKBELL_LOG", "error")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
@@ -155,6 +198,11 @@ async fn database(dir: &std::path::Path) -> anyhow::Result<String> {
     let Ok(server) = std::env::var("BENCH_POSTGRES") else {
         return Ok(format!("sqlite://{}", dir.join("bench.db").display()));
     };
+    fresh_postgres(&server).await
+}
+
+/// A fresh, empty database on the PostgreSQL server at `server`.
+pub async fn fresh_postgres(server: &str) -> anyhow::Result<String> {
     sqlx::any::install_default_drivers();
     let admin = sqlx::AnyPool::connect(&format!("{server}/postgres")).await?;
     let name = deskbell::ids::new_id("bench");

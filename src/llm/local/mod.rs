@@ -63,8 +63,6 @@ pub struct Stats {
     pub prefix_hits: AtomicU64,
     /// Turns whose generation panicked (the worker survived them).
     pub panics: AtomicU64,
-    /// Turns sent to the worker and not yet taken up (the queue's depth).
-    pub waiting: std::sync::atomic::AtomicUsize,
     /// Set by the crash tests only: the next turn's generation panics.
     panic_next: AtomicBool,
 }
@@ -107,8 +105,7 @@ impl LocalProvider {
             .spawn(move || {
                 // The loop ends when the provider, and with it the sender, is dropped.
                 while let Ok(job) = waiting.recv() {
-                    let depth = worker_stats.waiting.fetch_sub(1, Ordering::Relaxed) - 1;
-                    crate::ops::metrics::local_queue(depth);
+                    crate::ops::metrics::local_queue(-1.0);
                     if job.events.is_closed() {
                         worker_stats.abandoned.fetch_add(1, Ordering::Relaxed);
                         continue;
@@ -157,14 +154,9 @@ impl Provider for LocalProvider {
     fn stream(&self, request: ChatRequest) -> BoxFuture<'_, Result<ModelStream, ProviderError>> {
         Box::pin(async move {
             let (events, mut received) = mpsc::channel(64);
-            // Counted before the send, so the worker's decrement never comes first.
-            let depth = self.stats.waiting.fetch_add(1, Ordering::Relaxed) + 1;
             let sent = self.jobs.try_send(Job { request, events });
-            match sent {
-                Ok(()) => crate::ops::metrics::local_queue(depth),
-                Err(_) => {
-                    self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
-                }
+            if sent.is_ok() {
+                crate::ops::metrics::local_queue(1.0);
             }
             sent.map_err(|e| match e {
                 TrySendError::Full(_) => ProviderError::Busy,
