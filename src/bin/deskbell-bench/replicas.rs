@@ -77,7 +77,7 @@ async fn haproxy(
         })
         .collect();
     let text = format!(
-        "global\n    maxconn 20000\n\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 60s\n    timeout server 60s\n    option forwardfor\n\n\
+        "global\n    maxconn 4096\n\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 60s\n    timeout server 60s\n    option forwardfor\n\n\
          frontend visitors\n    bind 127.0.0.1:{port}\n    default_backend deskbell\n\n\
          backend deskbell\n    balance roundrobin\n    option httpchk GET /healthz\n{servers}"
     );
