@@ -71,6 +71,11 @@ impl Prometheus {
         first["value"][1].as_str()?.parse().ok()
     }
 
+    /// Waits (bounded) until `query` reaches `want`, then holds that it is not more.
+    async fn exactly(&self, query: &str, want: f64) {
+        assert_eq!(self.until_at_least(query, want).await, want, "{query}");
+    }
+
     /// Waits (bounded) until `query` reaches at least `want`; returns what it read.
     async fn until_at_least(&self, query: &str, want: f64) -> f64 {
         let mut last = None;
@@ -134,57 +139,53 @@ async fn prometheus_scrapes_what_the_asks_did() {
         "cancel_order",
         json!({"order_id": 7}),
     )]));
-    let r = server.ask(&token, json!({"message": "Cancel order 7"})).await;
+    let r = server
+        .ask(&token, json!({"message": "Cancel order 7"}))
+        .await;
     s.llm.push(Script::text("Sure."));
     server
-        .ask(&token, json!({"message": "Never mind", "conversation": r.conversation()}))
+        .ask(
+            &token,
+            json!({"message": "Never mind", "conversation": r.conversation()}),
+        )
         .await;
 
-    let answered = prometheus
-        .until_at_least(
+    prometheus
+        .exactly(
             r#"sum(deskbell_turns_total{site="acme",status="answered"})"#,
             3.0,
         )
         .await;
-    assert_eq!(answered, 3.0);
-    let waiting = prometheus
-        .until_at_least(
+    prometheus
+        .exactly(
             r#"sum(deskbell_turns_total{status="awaiting_confirmation"})"#,
             2.0,
         )
         .await;
-    assert_eq!(waiting, 2.0);
-    let superseded = prometheus
-        .until_at_least(r#"sum(deskbell_confirmations_total{decision="superseded"})"#, 1.0)
+    prometheus
+        .exactly(
+            r#"sum(deskbell_confirmations_total{decision="superseded"})"#,
+            1.0,
+        )
         .await;
-    assert_eq!(superseded, 1.0);
-    let confirmed = prometheus
-        .until_at_least(
+    prometheus
+        .exactly(
             r#"sum(deskbell_confirmations_total{decision="confirmed"})"#,
             1.0,
         )
         .await;
-    assert_eq!(confirmed, 1.0);
-    let executed = prometheus
-        .until_at_least(
-            r#"sum(deskbell_tool_calls_total{tool="cancel_order",policy="confirm",outcome="succeeded"})"#,
-            1.0,
-        )
-        .await;
-    assert_eq!(executed, 1.0);
-    let refusals = prometheus
-        .until_at_least(
+    prometheus.exactly(r#"sum(deskbell_tool_calls_total{tool="cancel_order",policy="confirm",outcome="succeeded"})"#, 1.0).await;
+    prometheus
+        .exactly(
             r#"sum(deskbell_guard_refusals_total{code="origin_not_allowed"})"#,
             1.0,
         )
         .await;
-    assert_eq!(refusals, 1.0);
     // Two questions streamed text (the others only called a tool; a
     // continuation's first token is not a question's and is not timed).
-    let firsts = prometheus
-        .until_at_least("sum(deskbell_time_to_first_token_seconds_count)", 2.0)
+    prometheus
+        .exactly("sum(deskbell_time_to_first_token_seconds_count)", 2.0)
         .await;
-    assert_eq!(firsts, 2.0);
     prometheus
         .until_at_least("sum(deskbell_turn_duration_seconds_count)", 5.0)
         .await;

@@ -215,15 +215,26 @@ pub async fn asks_in_parallel(
     Ok((all, refused))
 }
 
-async fn added_ttft(sizes: &Sizes) -> anyhow::Result<()> {
-    let (llm, hook) = fakes().await?;
-    let s = server::start(&llm, &hook).await?;
-    let client = Client::new(&s.base);
+/// Times to first token of short questions at `base` (after a warm-up), and of
+/// the model stand-in alone, measured one after the other.
+pub async fn ttft_at(
+    base: &str,
+    llm: &FakeLlm,
+    sizes: &Sizes,
+) -> anyhow::Result<(Samples, Samples)> {
+    let client = Client::new(base);
     // Warm up connections and caches first.
     asks_in_parallel(&client, "bench", sizes.concurrency, 2).await?;
     let (deskbell, _) =
         asks_in_parallel(&client, "bench", sizes.concurrency, sizes.asks_per_client).await?;
-    let model = model_ttft(&llm, sizes.concurrency, sizes.asks_per_client).await?;
+    let model = model_ttft(llm, sizes.concurrency, sizes.asks_per_client).await?;
+    Ok((deskbell, model))
+}
+
+async fn added_ttft(sizes: &Sizes) -> anyhow::Result<()> {
+    let (llm, hook) = fakes().await?;
+    let s = server::start(&llm, &hook).await?;
+    let (deskbell, model) = ttft_at(&s.base, &llm, sizes).await?;
     let added = |p: f64| deskbell.percentile(p).saturating_sub(model.percentile(p));
     report(
         &format!(
@@ -284,11 +295,7 @@ async fn metrics_on_and_off(sizes: &Sizes) -> anyhow::Result<()> {
                 s
             }
         };
-        let client = Client::new(&s.base);
-        asks_in_parallel(&client, "bench", sizes.concurrency, 2).await?;
-        let (deskbell, _) =
-            asks_in_parallel(&client, "bench", sizes.concurrency, sizes.asks_per_client).await?;
-        let model = model_ttft(&llm, sizes.concurrency, sizes.asks_per_client).await?;
+        let (deskbell, model) = ttft_at(&s.base, &llm, sizes).await?;
         added[on as usize].extend(deskbell);
         model_all.extend(model);
         if let Some(scraper) = scraper {

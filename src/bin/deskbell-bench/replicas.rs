@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use crate::client::Client;
-use crate::figures::{asks_in_parallel, fakes, model_ttft, turns_per_second};
+use crate::figures::{fakes, ttft_at, turns_per_second};
 use crate::server::{Server, fresh_postgres, start_replica};
 use crate::stats::{ms, report};
 
@@ -40,11 +39,7 @@ pub async fn figures(sizes: &crate::figures::Sizes) -> anyhow::Result<()> {
             &format!("{rate:.0} turns/s"),
             "",
         );
-        let client = Client::new(base);
-        asks_in_parallel(&client, "bench", sizes.concurrency, 2).await?;
-        let (deskbell, _) =
-            asks_in_parallel(&client, "bench", sizes.concurrency, sizes.asks_per_client).await?;
-        let model = model_ttft(&llm, sizes.concurrency, sizes.asks_per_client).await?;
+        let (deskbell, model) = ttft_at(base, &llm, sizes).await?;
         let added = |p: f64| deskbell.percentile(p).saturating_sub(model.percentile(p));
         report(
             &format!(
