@@ -71,6 +71,42 @@ struct AuditEntryDoc {
     operator: Option<String>,
 }
 
+/// A question (SPEC §5).
+#[derive(ToSchema)]
+#[schema(as = AskQuestion)]
+#[allow(dead_code)]
+#[serde(deny_unknown_fields)]
+struct AskQuestionDoc {
+    /// A conversation of this visitor's to go on; a new one when absent.
+    conversation: Option<String>,
+    /// Not empty, no NUL, at most the site's `max_message_chars`.
+    #[schema(min_length = 1)]
+    message: String,
+}
+
+/// An answer to a card (SPEC §5, §8), exactly as the `confirm` event gave it.
+#[derive(ToSchema)]
+#[schema(as = AskAnswer)]
+#[allow(dead_code)]
+#[serde(deny_unknown_fields)]
+struct AskAnswerDoc {
+    conversation: String,
+    call: String,
+    decision: Decision,
+    signature: String,
+}
+
+/// The body of `POST /v1/ask`: one of the two forms (`wire::AskBody` reads
+/// both and `AskRequest::from_body` tells them apart).
+#[derive(ToSchema)]
+#[schema(as = Ask)]
+#[allow(dead_code)]
+#[serde(untagged)]
+enum AskDoc {
+    Question(AskQuestionDoc),
+    Answer(AskAnswerDoc),
+}
+
 /// The names of the ask stream's events (SPEC §5).
 #[derive(ToSchema)]
 #[schema(as = AskEventName)]
@@ -236,7 +272,7 @@ mod operations {
 
     #[utoipa::path(post, path = "/v1/ask", tag = "visitor", security(("visitor" = [])),
         params(("Origin" = String, Header, description = "One of the site's origins.")),
-        request_body(content = AskBody, description = "A question (`message`, optional `conversation`) or an answer to a card (`conversation`, `call`, `decision`, `signature`)."),
+        request_body(content = AskDoc, description = "A question (`message`, optional `conversation`) or an answer to a card (`conversation`, `call`, `decision`, `signature`)."),
         responses((status = 200, description = "Server-sent events: `turn` {conversation, turn, message}, `delta` {text}, `step` {call, tool, label, status}, `confirm` {call, tool, label, arguments, expires_at, signature}, `decision` {call, status}, `citations` {items}, `error` {code, message}, and last `done` {status, usage}. Each event's data is one of the `StreamEvent` shapes.", content_type = "text/event-stream", body = AskEventDoc),
                   (status = 400, description = "invalid_request.", body = ErrorBody),
                   (status = 401, description = "invalid_visitor_token.", body = ErrorBody),
@@ -291,7 +327,7 @@ mod operations {
         security(("operator_token" = []), ("operator_session" = [])),
         params(("site" = Option<String>, Query), ("status" = Option<crate::states::MessageStatus>, Query),
                ("pending" = Option<bool>, Query), ("q" = Option<String>, Query, description = "An exact id, or words of a message."),
-               ("cursor" = Option<String>, Query), ("limit" = Option<i64>, Query, description = "1 to 100.")),
+               ("cursor" = Option<String>, Query), ("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "1 to 100.")),
         responses((status = 200, description = "Newest first, keyset-paged.", body = Page<ConversationSummary>),
                   (status = 400, description = "invalid_request.", body = ErrorBody),
                   (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
@@ -317,7 +353,7 @@ mod operations {
         params(("site" = Option<String>, Query), ("event" = Option<AuditEvent>, Query), ("tool" = Option<String>, Query),
                ("call" = Option<String>, Query), ("after" = Option<String>, Query, description = "RFC 3339."),
                ("before" = Option<String>, Query, description = "RFC 3339."), ("cursor" = Option<String>, Query),
-               ("limit" = Option<i64>, Query, description = "1 to 100.")),
+               ("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "1 to 100.")),
         responses((status = 200, description = "Audit rows, newest first.", body = Page<AuditEntryDoc>),
                   (status = 400, description = "invalid_request.", body = ErrorBody),
                   (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
@@ -363,7 +399,7 @@ mod operations {
 
     #[utoipa::path(get, path = "/v1/operator/usage", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
-        params(("site" = Option<String>, Query), ("days" = Option<i64>, Query, description = "1 to 90.")),
+        params(("site" = Option<String>, Query), ("days" = Option<i64>, Query, minimum = 1, maximum = 90, description = "1 to 90.")),
         responses((status = 200, description = "Per site and UTC day.", body = UsageView),
                   (status = 400, description = "invalid_request.", body = ErrorBody),
                   (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
