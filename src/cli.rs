@@ -124,7 +124,8 @@ pub fn main() -> ExitCode {
 
 /// Logs go to stderr, one line per event: readable text, or with
 /// `DESKBELL_LOG_FORMAT=json` one JSON object per line (time, level, target,
-/// the request's and turn's fields, message) for log collectors (SPEC §18).
+/// the request's and turn's fields, message: `ops::logs`) for log collectors
+/// (SPEC §18).
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("DESKBELL_LOG")
         .unwrap_or_else(|_| "info".into());
@@ -133,10 +134,8 @@ fn init_logging() {
         .with_writer(std::io::stderr);
     match std::env::var("DESKBELL_LOG_FORMAT").as_deref() {
         Ok("json") => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(true)
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(crate::ops::logs::FlatJson)
             .init(),
         _ => builder.init(),
     }
