@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use rmcp::Peer;
 use rmcp::RoleClient;
-use rmcp::ServiceError;
 use rmcp::model::{CallToolRequestParams, PaginatedRequestParams};
 use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
@@ -18,7 +17,7 @@ use super::client::{self, Listener};
 use super::tools::{self, Listed};
 use crate::config::McpConfig;
 use crate::states::Reason;
-use crate::tools::http::{MAX_RESULT_BYTES, Outcome};
+use crate::tools::http::Outcome;
 
 pub struct Server {
     site: String,
@@ -272,37 +271,23 @@ impl Server {
                     ),
                 )
             }
-            // The server answered, with an error: the connection is fine.
-            Ok(Err(ServiceError::McpError(e))) => failed(
-                Reason::ToolError,
-                tools::cut(
-                    format!("The tool reported an error: {}", e.message),
-                    MAX_RESULT_BYTES,
-                ),
-            ),
-            Ok(Err(e)) => {
-                tracing::warn!(site = %self.site, server = %self.config.name, tool, error = %e, "MCP call failed");
-                live.broken.notify_one();
-                failed(
-                    Reason::Unreachable,
-                    "The tool's server stopped before it answered.".into(),
-                )
-            }
-            Ok(Ok(result)) => {
-                let text = tools::result_text(&result);
-                if result.is_error == Some(true) {
-                    failed(
-                        Reason::ToolError,
-                        format!("The tool reported an error: {text}"),
-                    )
-                } else {
-                    Outcome {
+            Ok(answer) => {
+                if let Err(e) = &answer {
+                    tracing::warn!(site = %self.site, server = %self.config.name, tool, error = %e, "MCP call failed");
+                }
+                let (judged, broken) = tools::judge(answer);
+                if broken {
+                    live.broken.notify_one();
+                }
+                match judged {
+                    Ok(text) => Outcome {
                         succeeded: true,
                         http_status: None,
                         result: text,
                         failure: None,
                         duration_ms: started.elapsed().as_millis() as i64,
-                    }
+                    },
+                    Err((reason, text)) => failed(reason, text),
                 }
             }
         }

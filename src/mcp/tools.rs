@@ -6,11 +6,13 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use rmcp::ServiceError;
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::Value;
 
 use super::{Server, Target};
 use crate::config::{Policy, ToolConfig};
+use crate::states::Reason;
 use crate::tools::http::MAX_RESULT_BYTES;
 use crate::tools::render::{hidden, words};
 
@@ -151,6 +153,47 @@ fn clean(text: &str, max: usize) -> String {
     }
 }
 
+/// What a `tools/call` answer means: the text for the model, or why the call
+/// failed and what the model is told; and whether the connection it came on is
+/// broken. A server that answered — with a result marked `isError` or with a
+/// JSON-RPC error — is still there; only a transport failure breaks it.
+pub fn judge(
+    answer: Result<CallToolResult, ServiceError>,
+) -> (Result<String, (Reason, String)>, bool) {
+    match answer {
+        Ok(result) => {
+            let text = result_text(&result);
+            match result.is_error == Some(true) {
+                true => (
+                    Err((
+                        Reason::ToolError,
+                        format!("The tool reported an error: {text}"),
+                    )),
+                    false,
+                ),
+                false => (Ok(text), false),
+            }
+        }
+        Err(ServiceError::McpError(e)) => (
+            Err((
+                Reason::ToolError,
+                cut(
+                    format!("The tool reported an error: {}", e.message),
+                    MAX_RESULT_BYTES,
+                ),
+            )),
+            false,
+        ),
+        Err(_) => (
+            Err((
+                Reason::Unreachable,
+                "The tool's server stopped before it answered.".into(),
+            )),
+            true,
+        ),
+    }
+}
+
 /// What the model reads of a result: its text content, one block a paragraph
 /// (other kinds named), else the structured content; cut at 16 KiB.
 pub fn result_text(result: &CallToolResult) -> String {
@@ -183,6 +226,7 @@ pub fn cut(mut text: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rmcp::model::ErrorData;
 
     #[test]
     fn names_the_model_api_refuses_are_made_safe() {
@@ -195,6 +239,33 @@ mod tests {
     fn untrusted_text_loses_hidden_characters_and_is_cut() {
         assert_eq!(clean("Save\u{202E} a\n\nfile\u{200B}", 80), "Save a file");
         assert_eq!(clean(&"a".repeat(100), 10).chars().count(), 10);
+    }
+
+    #[test]
+    fn an_error_answer_fails_the_call_without_breaking_the_connection() {
+        let refused = ServiceError::McpError(ErrorData::invalid_params("no such tool", None));
+        let (judged, broken) = judge(Err(refused));
+        assert_eq!(
+            judged,
+            Err((
+                Reason::ToolError,
+                "The tool reported an error: no such tool".into()
+            ))
+        );
+        assert!(!broken);
+        let (judged, broken) = judge(Err(ServiceError::TransportClosed));
+        assert_eq!(judged.map_err(|(r, _)| r), Err(Reason::Unreachable));
+        assert!(broken, "a closed transport is a broken connection");
+        let error = CallToolResult::error(vec![ContentBlock::text("disk full")]);
+        let (judged, broken) = judge(Ok(error));
+        assert_eq!(
+            judged,
+            Err((
+                Reason::ToolError,
+                "The tool reported an error: disk full".into()
+            ))
+        );
+        assert!(!broken);
     }
 
     #[test]

@@ -256,17 +256,9 @@ async fn a_confirmed_mcp_call_cut_by_a_crash_is_failed_and_not_sent_again() {
     let s = harness::setup_with(on_postgres(), "", &server_block).await;
     let server = Server::start(&s.config, Some("before_delivery")).await;
     let token = server.visitor().await;
-    s.llm.push(Script::tool_calls(&[(
-        "send_note",
-        json!({"text": "once"}),
-    )]));
-    let r = server.ask(&token, json!({"message": "Send a note"})).await;
-    let conversation = r.conversation();
-    let card = r.event("confirm").clone();
-    server.ask_in_background(
-        &token,
-        json!({"conversation": conversation, "call": card["call"], "decision": "confirm", "signature": card["signature"]}),
-    );
+    let (conversation, card) = server
+        .confirm_call_in_background(&s, &token, "send_note", json!({"text": "once"}))
+        .await;
     server.crashed().await;
 
     s.llm.push(Script::text("Sorry, that did not go through."));

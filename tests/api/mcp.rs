@@ -696,3 +696,35 @@ async fn a_server_that_cannot_start_leaves_the_site_serving_with_its_other_tools
     assert_eq!(r.all("step").last().unwrap()["status"], "succeeded");
     assert!(!t.app.mcp.of_site("acme")[0].is_connected());
 }
+
+/// A call the server refuses (here: a tool it does not have, which the
+/// TypeScript SDK answers as an `isError` result) fails as a tool error; the
+/// connection, and the child process, stay. (A JSON-RPC error answer is judged
+/// the same way: `mcp::tools::tests`.)
+#[tokio::test]
+async fn a_call_the_server_refuses_fails_as_a_tool_error_and_keeps_the_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let t = TestApp::with(with_server(everything_stdio(&pid_file))).await;
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let server = t.app.mcp.of_site("acme")[0].clone();
+    let outcome = server
+        .call("no-such-tool", &json!({}), Duration::from_secs(10))
+        .await;
+    assert!(!outcome.succeeded);
+    assert_eq!(
+        outcome.failure.map(|r| r.as_str()),
+        Some("tool_error"),
+        "{}",
+        outcome.result
+    );
+    assert!(outcome.result.starts_with("The tool reported an error:"));
+    // Had the connection been dropped, the supervisor would start a new child.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(server.is_connected());
+    assert_eq!(std::fs::read_to_string(&pid_file).unwrap(), pid);
+    let outcome = server
+        .call("get-sum", &json!({"a": 1, "b": 1}), Duration::from_secs(10))
+        .await;
+    assert!(outcome.succeeded, "{}", outcome.result);
+}

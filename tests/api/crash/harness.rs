@@ -101,11 +101,20 @@ impl Server {
     /// Raises a card for cancelling order 42 and confirms it without waiting for
     /// the answer (the crash will cut it); returns the conversation and the card.
     pub async fn confirm_in_background(&self, s: &Setup, token: &str) -> (String, Value) {
-        s.llm.push(Script::tool_calls(&[(
-            "cancel_order",
-            json!({"order_id": 42}),
-        )]));
-        let r = self.ask(token, json!({"message": "Cancel order 42"})).await;
+        self.confirm_call_in_background(s, token, "cancel_order", json!({"order_id": 42}))
+            .await
+    }
+
+    /// Like `confirm_in_background`, for a card of any confirm tool.
+    pub async fn confirm_call_in_background(
+        &self,
+        s: &Setup,
+        token: &str,
+        tool: &str,
+        arguments: Value,
+    ) -> (String, Value) {
+        s.llm.push(Script::tool_calls(&[(tool, arguments)]));
+        let r = self.ask(token, json!({"message": "Please do it"})).await;
         let conversation = r.conversation();
         let card = r.event("confirm").clone();
         self.ask_in_background(
