@@ -90,17 +90,20 @@ impl Prometheus {
     }
 }
 
+/// `deskbell serve` (SQLite) with metrics on a port of their own; returns the
+/// metrics address.
+async fn serving_metrics(env: &[(&str, &str)]) -> (crate::crash::harness::Setup, Server, String) {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let s = setup_with(false, &format!("metrics_bind = \"{metrics}\"\n"), "").await;
+    let server = Server::start_env(&s.config, None, env).await;
+    (s, server, metrics)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn prometheus_scrapes_what_the_asks_did() {
-    let metrics_port = free_port();
-    let s = setup_with(
-        false,
-        &format!("metrics_bind = \"127.0.0.1:{metrics_port}\"\n"),
-        "",
-    )
-    .await;
-    let server = Server::start(&s.config, None).await;
-    let metrics = format!("127.0.0.1:{metrics_port}");
+    // Cards live three seconds, so one can expire within the test.
+    let (s, server, metrics) =
+        serving_metrics(&[("DESKBELL_ACTION_APPROVAL_TTL_MIN", "0.05")]).await;
     let prometheus = Prometheus::start(&metrics);
 
     // An answered question, a card confirmed (and its continuation), and a
@@ -149,6 +152,30 @@ async fn prometheus_scrapes_what_the_asks_did() {
             json!({"message": "Never mind", "conversation": r.conversation()}),
         )
         .await;
+    // A card answered after its three seconds: expired.
+    s.llm.push(Script::tool_calls(&[(
+        "cancel_order",
+        json!({"order_id": 8}),
+    )]));
+    let r = server
+        .ask(&token, json!({"message": "Cancel order 8"}))
+        .await;
+    let card = r.event("confirm").clone();
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let late = server
+        .ask(
+            &token,
+            json!({"conversation": r.conversation(), "call": card["call"], "decision": "confirm", "signature": card["signature"]}),
+        )
+        .await;
+    assert_eq!(late.status, 410);
+    // A model that answers 500 on every try: the question fails before its
+    // first token (503 provider_unavailable).
+    for _ in 0..3 {
+        s.llm.push(Script::Status(500));
+    }
+    let failed = server.ask(&token, json!({"message": "Hello?"})).await;
+    assert_eq!(failed.status, 503);
 
     prometheus
         .exactly(
@@ -159,8 +186,20 @@ async fn prometheus_scrapes_what_the_asks_did() {
     prometheus
         .exactly(
             r#"sum(deskbell_turns_total{status="awaiting_confirmation"})"#,
-            2.0,
+            3.0,
         )
+        .await;
+    prometheus
+        .exactly(r#"sum(deskbell_turns_total{status="failed"})"#, 1.0)
+        .await;
+    prometheus
+        .exactly(
+            r#"sum(deskbell_confirmations_total{decision="expired"})"#,
+            1.0,
+        )
+        .await;
+    prometheus
+        .exactly(r#"sum(deskbell_provider_errors_total{kind="status"})"#, 1.0)
         .await;
     prometheus
         .exactly(
@@ -187,7 +226,7 @@ async fn prometheus_scrapes_what_the_asks_did() {
         .exactly("sum(deskbell_time_to_first_token_seconds_count)", 2.0)
         .await;
     prometheus
-        .until_at_least("sum(deskbell_turn_duration_seconds_count)", 5.0)
+        .until_at_least("sum(deskbell_turn_duration_seconds_count)", 7.0)
         .await;
     prometheus
         .until_at_least(r#"sum(deskbell_tokens_total{kind="output"})"#, 1.0)
@@ -202,14 +241,7 @@ async fn prometheus_scrapes_what_the_asks_did() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_are_served_on_their_own_address_only_and_name_no_visitor() {
-    let metrics_port = free_port();
-    let s = setup_with(
-        false,
-        &format!("metrics_bind = \"127.0.0.1:{metrics_port}\"\n"),
-        "",
-    )
-    .await;
-    let server = Server::start(&s.config, None).await;
+    let (s, server, metrics) = serving_metrics(&[]).await;
     let token = server.visitor().await;
     s.llm.push(Script::text("Hello!"));
     let r = server.ask(&token, json!({"message": "Hi"})).await;
@@ -222,7 +254,7 @@ async fn metrics_are_served_on_their_own_address_only_and_name_no_visitor() {
         .unwrap();
     assert_eq!(public.status(), 404, "never on the public address");
     let text = http
-        .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .get(format!("http://{metrics}/metrics"))
         .send()
         .await
         .unwrap()
@@ -240,16 +272,52 @@ async fn metrics_are_served_on_their_own_address_only_and_name_no_visitor() {
 }
 
 #[test]
-fn metrics_bind_may_not_be_the_public_address() {
-    let text = "[server]\nbind = \"127.0.0.1:8080\"\nmetrics_bind = \"127.0.0.1:8080\"\n\
-                [[site]]\nid = \"acme\"\n";
-    let e =
-        deskbell::config::Config::from_toml(text, "t.toml", &crate::support::env()).unwrap_err();
-    assert!(
-        e.problems.iter().any(|p| p.key == "server.metrics_bind"),
-        "{:?}",
-        e.problems
+fn metrics_bind_and_public_url_refuse_nonsense_by_name() {
+    let env = crate::support::env();
+    let problems = |server: &str| {
+        let text =
+            format!("[server]\nbind = \"127.0.0.1:8080\"\n{server}\n[[site]]\nid = \"acme\"\n");
+        match deskbell::config::Config::from_toml(&text, "t.toml", &env) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.problems.into_iter().map(|p| p.key).collect(),
+        }
+    };
+    for bad in [
+        "metrics_bind = \"127.0.0.1:8080\"",
+        "metrics_bind = \"0.0.0.0:8080\"",
+        "metrics_bind = \"localhost\"",
+        "metrics_bind = \"\"",
+    ] {
+        assert_eq!(problems(bad), ["server.metrics_bind"], "{bad}");
+    }
+    assert_eq!(problems("metrics_bind = 9464"), ["server.metrics_bind"]);
+    assert_eq!(
+        problems("public_url = \"ftp://help.example\""),
+        ["server.public_url"]
     );
+    assert!(
+        problems("metrics_bind = \"127.0.0.1:9464\"\npublic_url = \"https://help.example\"")
+            .is_empty()
+    );
+    // The environment's address wins over the file's, and is checked too.
+    let text = "[server]\nmetrics_bind = \"127.0.0.1:9464\"\n[[site]]\nid = \"acme\"\n";
+    let config = deskbell::config::Config::from_toml(
+        text,
+        "t.toml",
+        &env.clone().with("DESKBELL_METRICS_BIND", "127.0.0.1:9999"),
+    )
+    .unwrap();
+    assert_eq!(
+        config.server.metrics_bind.as_deref(),
+        Some("127.0.0.1:9999")
+    );
+    let e = deskbell::config::Config::from_toml(
+        text,
+        "t.toml",
+        &env.with("DESKBELL_METRICS_BIND", "nowhere"),
+    )
+    .unwrap_err();
+    assert!(e.problems.iter().any(|p| p.key == "server.metrics_bind"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
