@@ -3,6 +3,7 @@
 //! in the library so that tests, benchmarks and examples share them.
 
 mod fake_llm;
+pub mod haproxy;
 mod webhook;
 
 pub use fake_llm::{FakeLlm, Piece, Reply};

@@ -61,29 +61,15 @@ async fn haproxy(
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let servers: String = replicas
+    let addresses: Vec<String> = replicas
         .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            format!(
-                "    server r{i} {} check\n",
-                r.base.trim_start_matches("http://")
-            )
-        })
+        .map(|r| r.base.trim_start_matches("http://").to_string())
         .collect();
-    let text = format!(
-        "global\n    maxconn 4096\n\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 60s\n    timeout server 60s\n    option forwardfor\n\n\
-         frontend visitors\n    bind 127.0.0.1:{port}\n    default_backend deskbell\n\n\
-         backend deskbell\n    balance roundrobin\n    option httpchk GET /healthz\n{servers}"
-    );
+    let text = deskbell::testkit::haproxy::config(port, &addresses, "");
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("haproxy.cfg");
     std::fs::write(&path, text)?;
-    let binary = ["/usr/sbin/haproxy", "haproxy"]
-        .into_iter()
-        .find(|b| std::path::Path::new(b).exists())
-        .unwrap_or("haproxy");
-    let child = Command::new(binary)
+    let child = Command::new(deskbell::testkit::haproxy::binary())
         .arg("-f")
         .arg(&path)
         .arg("-db")

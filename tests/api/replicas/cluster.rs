@@ -48,27 +48,21 @@ impl Cluster {
             replicas.push(Some(Server::start_env(&config, None, env).await));
         }
         let port = free_port();
-        let servers: String = replicas
+        let addresses: Vec<String> = replicas
             .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let address = s
-                    .as_ref()
+            .map(|s| {
+                s.as_ref()
                     .unwrap()
                     .base
                     .trim_start_matches("http://")
-                    .to_string();
-                format!("    server r{i} {address} check inter 500 fall 2 rise 1\n")
+                    .to_string()
             })
             .collect();
-        let config = format!(
-            "global\n    maxconn 4096\n\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 60s\n    timeout server 60s\n    option forwardfor\n\n\
-             frontend visitors\n    bind 127.0.0.1:{port}\n    default_backend deskbell\n\n\
-             backend deskbell\n    balance roundrobin\n    option httpchk GET /healthz\n{servers}"
-        );
+        let config =
+            deskbell::testkit::haproxy::config(port, &addresses, "inter 500 fall 2 rise 1");
         let path = setup.dir().join("haproxy.cfg");
         std::fs::write(&path, config).unwrap();
-        let child = Command::new(haproxy())
+        let child = Command::new(deskbell::testkit::haproxy::binary())
             .args(["-f"])
             .arg(&path)
             .arg("-db")
@@ -106,13 +100,5 @@ impl Cluster {
     /// An ask through the load balancer, on a connection of its own.
     pub async fn ask(&self, token: &str, body: Value) -> crate::support::Reply {
         ask_at(&self.base, token, body).await
-    }
-}
-
-fn haproxy() -> &'static str {
-    if std::path::Path::new("/usr/sbin/haproxy").exists() {
-        "/usr/sbin/haproxy"
-    } else {
-        "haproxy"
     }
 }
