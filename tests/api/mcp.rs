@@ -728,3 +728,43 @@ async fn a_call_the_server_refuses_fails_as_a_tool_error_and_keeps_the_connectio
         .await;
     assert!(outcome.succeeded, "{}", outcome.result);
 }
+
+/// The card's digest covers where the server is: a replica (or a restart)
+/// whose file starts the server differently refuses a pending card as stale,
+/// while one with the same file runs it.
+#[tokio::test]
+async fn a_card_is_stale_where_the_file_points_its_server_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("notes.log");
+    let elsewhere = dir.path().join("elsewhere.log");
+    let t = TestApp::with(with_server(notes_server(&log))).await;
+    let same = t.replica(with_server(notes_server(&log))).await;
+    let moved = t.replica(with_server(notes_server(&elsewhere))).await;
+    let card_for = |text: &'static str| {
+        let t = &t;
+        async move {
+            let visitor = t.visitor().await;
+            t.llm
+                .push(Script::tool_calls(&[("send_note", json!({"text": text}))]));
+            let r = t.question(&visitor, None, "Send a note").await;
+            (visitor, r.conversation(), r.event("confirm").clone())
+        }
+    };
+    let (visitor, conversation, card) = card_for("kept").await;
+    let r = same.answer(&visitor, &conversation, &card, "confirm").await;
+    assert_eq!(r.event("done")["status"], "answered", "{:?}", r.json);
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "\"kept\"\n");
+
+    let (visitor, conversation, card) = card_for("moved").await;
+    let r = moved
+        .answer(&visitor, &conversation, &card, "confirm")
+        .await;
+    assert_eq!((r.status, r.code()), (409, "call_not_pending"));
+    let call = card["call"].as_str().unwrap();
+    assert_eq!(
+        t.audit_events(call).await,
+        vec!["requested", "refused:stale"]
+    );
+    assert!(!elsewhere.exists());
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "\"kept\"\n");
+}
