@@ -238,7 +238,7 @@ pub(super) async fn supersede_in(
 }
 
 /// Once its card is decided, the message that raised it is no longer waiting.
-async fn close_card_message(tx: &mut Tx<'_>, message: &str) -> Result<(), sqlx::Error> {
+pub(super) async fn close_card_message(tx: &mut Tx<'_>, message: &str) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE messages SET status = $2 WHERE id = $1 AND status = $3")
         .bind(message)
         .bind(MessageStatus::Answered.as_str())

@@ -68,7 +68,9 @@ where
         "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved) VALUES {}",
         values.join(", ")
     );
-    let mut query = sqlx::query(super::sql(text));
+    // A batch's statement has as many rows as the batch has messages: kept out of
+    // the connection's statement cache, which the usual one and two rows use.
+    let mut query = sqlx::query(super::sql(text)).persistent(messages.len() <= 2);
     for m in messages {
         query = query
             .bind(&m.id)

@@ -21,18 +21,6 @@ enum Job {
     End(TurnEnd, oneshot::Sender<EndOutcome>),
 }
 
-impl Job {
-    /// The budget row the job locks, if any (the sort is stable: jobs of one
-    /// row keep their order of arrival).
-    fn budget_row(&self) -> Option<(&str, &str)> {
-        let share = match self {
-            Job::Start(start, _) => start.budget.as_ref(),
-            Job::End(end, _) => end.budget.as_ref(),
-        };
-        share.map(|s| (s.site.as_str(), s.day.as_str()))
-    }
-}
-
 /// The sending side of the group-commit task.
 #[derive(Clone)]
 pub(super) struct GroupCommit(mpsc::Sender<Job>);
@@ -103,9 +91,6 @@ async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        // Every batch takes its budget rows in one order (site, then day), so
-        // two replicas' batches cannot each hold a row the other waits for.
-        batch.sort_by(|a, b| a.budget_row().cmp(&b.budget_row()));
         commit(&writer, batch).await;
     }
 }
@@ -114,25 +99,25 @@ async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
 type StartOutcome = Result<Reservation, String>;
 type EndOutcome = Result<(), String>;
 
-/// Commits a batch: first all of it in one transaction, with no savepoints (each
-/// one is two more round trips per job on PostgreSQL). A start refused for its
-/// budget writes nothing before the refusal, so it needs no undoing. If any
-/// statement fails, the batch is rolled back and each job runs again in its own
-/// transaction, so one bad job fails alone.
+/// Commits a batch: first all of it in one transaction, written a kind at a time
+/// (`bulk.rs`), with no savepoints. A start refused for its budget writes
+/// nothing, so it needs no undoing. If any statement fails, the batch is rolled
+/// back and each job runs again in its own transaction, so one bad job fails
+/// alone.
 async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
     match together(writer, &batch).await {
-        Ok(outcomes) => {
-            for (job, outcome) in batch.into_iter().zip(outcomes) {
-                match (job, outcome) {
-                    (Job::Start(_, reply), Outcome::Start(o)) => drop(reply.send(o)),
-                    (Job::End(_, reply), Outcome::End(o)) => drop(reply.send(o)),
-                    // `together` answers each job in its own kind.
-                    (Job::Start(_, reply), Outcome::End(_)) => {
-                        drop(reply.send(Err("the group commit mixed up its jobs".into())))
+        Ok(reservations) => {
+            let mut reservations = reservations.into_iter();
+            for job in batch {
+                match job {
+                    Job::Start(_, reply) => {
+                        drop(reply.send(
+                            reservations.next().ok_or_else(|| {
+                                "the group commit lost a start's outcome".to_string()
+                            }),
+                        ))
                     }
-                    (Job::End(_, reply), Outcome::Start(_)) => {
-                        drop(reply.send(Err("the group commit mixed up its jobs".into())))
-                    }
+                    Job::End(_, reply) => drop(reply.send(Ok(()))),
                 }
             }
         }
@@ -145,25 +130,26 @@ async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
     }
 }
 
-enum Outcome {
-    Start(StartOutcome),
-    End(EndOutcome),
-}
-
-async fn together(writer: &sqlx::AnyPool, batch: &[Job]) -> Result<Vec<Outcome>, sqlx::Error> {
+/// The batch in one transaction; the starts' reservations in their order.
+async fn together(writer: &sqlx::AnyPool, batch: &[Job]) -> Result<Vec<Reservation>, sqlx::Error> {
+    let ends: Vec<&TurnEnd> = batch
+        .iter()
+        .filter_map(|job| match job {
+            Job::End(end, _) => Some(end),
+            Job::Start(..) => None,
+        })
+        .collect();
+    let starts: Vec<&TurnStart> = batch
+        .iter()
+        .filter_map(|job| match job {
+            Job::Start(start, _) => Some(&**start),
+            Job::End(..) => None,
+        })
+        .collect();
     let mut tx = writer.begin().await?;
-    let mut outcomes = Vec::with_capacity(batch.len());
-    for job in batch {
-        outcomes.push(match job {
-            Job::Start(start, _) => Outcome::Start(Ok(begin_in(&mut tx, start).await?)),
-            Job::End(end, _) => {
-                end_in(&mut tx, end).await?;
-                Outcome::End(Ok(()))
-            }
-        });
-    }
+    let reservations = super::bulk::write(&mut tx, &ends, &starts).await?;
     tx.commit().await?;
-    Ok(outcomes)
+    Ok(reservations)
 }
 
 /// One job in a transaction of its own, after its batch failed.

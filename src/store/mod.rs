@@ -7,6 +7,7 @@
 
 mod audit;
 mod budgets;
+mod bulk;
 mod calls;
 mod cards;
 mod console;

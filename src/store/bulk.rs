@@ -1,0 +1,302 @@
+//! A group commit's batch as a handful of statements, whatever its size. Sent job
+//! by job, a batch of a hundred turn starts is some three hundred round trips
+//! before its commit, and on PostgreSQL those round trips, not the commit, were
+//! what a turn waited for. Here the batch's writes are grouped by kind: the budget
+//! rows (one statement per row and direction), the answers' final texts, the new
+//! conversations, the cards that a new question closes, and the new messages —
+//! each one statement for the whole batch.
+//!
+//! The outcome is the same as running the jobs one after another in the batch's
+//! order, ends before starts (the jobs arrived at the same moment, so any order is
+//! one they could have had): a budget reservation that would not have passed for
+//! every start of its row falls back to reserving one start at a time.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::audit::{self, AuditRow};
+use super::calls::{COLUMNS, CallRow, call};
+use super::cards::close_card_message;
+use super::turns::{TurnEnd, TurnStart};
+use super::{BudgetShare, MessageRow, Reservation, Tx, sql};
+use crate::states::{AuditEvent, CallStatus, MessageStatus, Reason};
+
+/// `($1, $2, $3), ($4, $5, $6)`, for `rows` rows of `width` parameters after
+/// the first `skip` parameters.
+fn placeholders(rows: usize, width: usize, skip: usize) -> String {
+    let mut out = String::with_capacity(rows * width * 5);
+    for r in 0..rows {
+        if r > 0 {
+            out.push_str(", ");
+        }
+        out.push('(');
+        for c in 0..width {
+            if c > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&format!("${}", skip + r * width + c + 1));
+        }
+        out.push(')');
+    }
+    out
+}
+
+type Row<'a> = (&'a str, &'a str);
+
+fn row_of(share: &BudgetShare) -> Row<'_> {
+    (share.site.as_str(), share.day.as_str())
+}
+
+/// Writes a batch's ends and starts; returns each start's reservation, in order.
+pub(super) async fn write(
+    tx: &mut Tx<'_>,
+    ends: &[&TurnEnd],
+    starts: &[&TurnStart],
+) -> Result<Vec<Reservation>, sqlx::Error> {
+    // An answer ends once; a second end of the same message would find it no
+    // longer streaming and change nothing, so it is left out.
+    let mut seen = HashSet::new();
+    let ends: Vec<&TurnEnd> = ends
+        .iter()
+        .copied()
+        .filter(|e| seen.insert(e.message.as_str()))
+        .collect();
+    // Budget rows first, in one order (site, then day), settling before reserving.
+    let mut rows: BTreeMap<Row<'_>, (Vec<&TurnEnd>, Vec<usize>)> = BTreeMap::new();
+    for e in &ends {
+        if let Some(b) = &e.budget {
+            rows.entry(row_of(b)).or_default().0.push(e);
+        }
+    }
+    for (i, s) in starts.iter().enumerate() {
+        if let Some(b) = &s.budget {
+            rows.entry(row_of(b)).or_default().1.push(i);
+        }
+    }
+    let mut reservations = vec![Reservation::Reserved; starts.len()];
+    for (row, (row_ends, row_starts)) in &rows {
+        settle(tx, *row, row_ends).await?;
+        let shares: Vec<&BudgetShare> = row_starts
+            .iter()
+            .filter_map(|&i| starts[i].budget.as_ref())
+            .collect();
+        for (&i, r) in row_starts.iter().zip(reserve(tx, &shares).await?) {
+            reservations[i] = r;
+        }
+    }
+    finish_answers(tx, &ends).await?;
+    let started: Vec<&TurnStart> = starts
+        .iter()
+        .zip(&reservations)
+        .filter(|(_, r)| **r == Reservation::Reserved)
+        .map(|(s, _)| *s)
+        .collect();
+    insert_conversations(tx, &started).await?;
+    close_pending_cards(tx, &started).await?;
+    let messages: Vec<&MessageRow> = started
+        .iter()
+        .flat_map(|s| [&s.visitor_message, &s.bubble])
+        .collect();
+    insert_messages(tx, &messages).await?;
+    Ok(reservations)
+}
+
+/// Settles the reservations of the ends of one budget row whose answers are still
+/// streaming under their owner (see `budgets::settle_once`), in one statement.
+async fn settle(tx: &mut Tx<'_>, row: Row<'_>, ends: &[&TurnEnd]) -> Result<(), sqlx::Error> {
+    if ends.is_empty() {
+        return Ok(());
+    }
+    let text = format!(
+        "WITH v (reserved, spent, message, owner) AS (VALUES {}), \
+         d AS (SELECT COALESCE(SUM(v.reserved), 0) AS reserved, COALESCE(SUM(v.spent), 0) AS spent \
+               FROM v JOIN messages m ON m.id = v.message AND m.owner = v.owner AND m.status = $3) \
+         UPDATE budgets SET reserved = budgets.reserved - d.reserved, spent = budgets.spent + d.spent \
+         FROM d WHERE budgets.site = $1 AND budgets.day = $2",
+        placeholders(ends.len(), 4, 3)
+    );
+    let mut query = sqlx::query(sql(text))
+        .persistent(false)
+        .bind(row.0)
+        .bind(row.1)
+        .bind(MessageStatus::Streaming.as_str());
+    for e in ends {
+        let (reserved, spent) = match &e.budget {
+            Some(b) => (b.reserved, crate::budget::spent(e.usage, e.unreported)),
+            None => (0, 0),
+        };
+        query = query
+            .bind(reserved)
+            .bind(spent)
+            .bind(&e.message)
+            .bind(&e.owner);
+    }
+    query.execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// Reserves the shares of one budget row's starts. One statement reserves them
+/// all when the last of them would still have passed after the others (the
+/// check is monotone, so then every one would have); otherwise they are reserved
+/// one at a time, as they would have been alone.
+async fn reserve(
+    tx: &mut Tx<'_>,
+    shares: &[&BudgetShare],
+) -> Result<Vec<Reservation>, sqlx::Error> {
+    let (Some(first), Some(last)) = (shares.first(), shares.last()) else {
+        return Ok(Vec::new());
+    };
+    let total: i64 = shares.iter().map(|s| s.reserved).sum();
+    let before_last = total - last.reserved;
+    let one_limit = shares.iter().all(|s| s.limit == first.limit);
+    if one_limit {
+        let done = sqlx::query(
+            "INSERT INTO budgets (site, day, spent, reserved) SELECT $1, $2, 0, $3 WHERE $5 < $4 \
+             ON CONFLICT (site, day) DO UPDATE SET reserved = budgets.reserved + $3 \
+             WHERE budgets.spent + budgets.reserved + $5 < $4",
+        )
+        .bind(&first.site)
+        .bind(&first.day)
+        .bind(total)
+        .bind(first.limit)
+        .bind(before_last)
+        .execute(&mut **tx)
+        .await?;
+        if done.rows_affected() == 1 {
+            return Ok(vec![Reservation::Reserved; shares.len()]);
+        }
+    }
+    let mut out = Vec::with_capacity(shares.len());
+    for share in shares {
+        out.push(super::budgets::reserve_in(tx, share).await?);
+    }
+    Ok(out)
+}
+
+/// Saves the answers' final texts, only while each is still streaming under its
+/// owner (not after another process took it over).
+async fn finish_answers(tx: &mut Tx<'_>, ends: &[&TurnEnd]) -> Result<(), sqlx::Error> {
+    if ends.is_empty() {
+        return Ok(());
+    }
+    let text = format!(
+        "WITH v (id, text, status, citations, input_tokens, output_tokens, owner) AS (VALUES {}) \
+         UPDATE messages SET text = v.text, status = v.status, citations = v.citations, \
+         input_tokens = v.input_tokens, output_tokens = v.output_tokens \
+         FROM v WHERE messages.id = v.id AND messages.owner = v.owner AND messages.status = $1",
+        placeholders(ends.len(), 7, 1)
+    );
+    let mut query = sqlx::query(sql(text))
+        .persistent(false)
+        .bind(MessageStatus::Streaming.as_str());
+    for e in ends {
+        query = query
+            .bind(&e.message)
+            .bind(&e.text)
+            .bind(e.status.as_str())
+            .bind(&e.citations)
+            .bind(e.usage.input_tokens as i64)
+            .bind(e.usage.output_tokens as i64)
+            .bind(&e.owner);
+    }
+    query.execute(&mut **tx).await?;
+    Ok(())
+}
+
+async fn insert_conversations(tx: &mut Tx<'_>, starts: &[&TurnStart]) -> Result<(), sqlx::Error> {
+    let new: Vec<&&TurnStart> = starts.iter().filter(|s| s.is_new).collect();
+    if new.is_empty() {
+        return Ok(());
+    }
+    let text = format!(
+        "INSERT INTO conversations (id, site, visitor, created_at) VALUES {}",
+        placeholders(new.len(), 4, 0)
+    );
+    let mut query = sqlx::query(sql(text)).persistent(false);
+    for s in new {
+        query = query
+            .bind(&s.conversation)
+            .bind(&s.site)
+            .bind(&s.visitor)
+            .bind(s.now);
+    }
+    query.execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// A new question in a conversation closes its pending card: expired if its time
+/// ran out, else cancelled as superseded — for every continued conversation of
+/// the batch in one statement, then an audit row and a closed card message for
+/// each card closed (there are seldom any).
+async fn close_pending_cards(tx: &mut Tx<'_>, starts: &[&TurnStart]) -> Result<(), sqlx::Error> {
+    let continued: Vec<&&TurnStart> = starts.iter().filter(|s| !s.is_new).collect();
+    let Some(now) = continued.first().map(|s| s.now) else {
+        return Ok(());
+    };
+    let list = (0..continued.len())
+        .map(|i| format!("${}", i + 6))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // Every start of a batch gets its own `now`, within moments of each other;
+    // the batch uses the earliest, so no card is expired before its time.
+    let now = continued.iter().map(|s| s.now).min().unwrap_or(now);
+    let text = format!(
+        "UPDATE calls SET \
+         reason = CASE WHEN expires_at <= $1 THEN NULL ELSE $4 END, \
+         decided_at = CASE WHEN expires_at <= $1 THEN expires_at ELSE $1 END, \
+         status = CASE WHEN expires_at <= $1 THEN $2 ELSE $3 END \
+         WHERE status = $5 AND conversation IN ({list}) RETURNING {COLUMNS}"
+    );
+    let mut query = sqlx::query(sql(text))
+        .persistent(false)
+        .bind(now)
+        .bind(CallStatus::Expired.as_str())
+        .bind(CallStatus::Cancelled.as_str())
+        .bind(Reason::Superseded.as_str())
+        .bind(CallStatus::Pending.as_str());
+    for s in &continued {
+        query = query.bind(&s.conversation);
+    }
+    let rows = query.fetch_all(&mut **tx).await?;
+    let closed: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
+    for c in &closed {
+        let (event, reason, at, counted) = match c.status {
+            CallStatus::Expired => (
+                AuditEvent::Expired,
+                None,
+                c.expires_at.unwrap_or(now),
+                "expired",
+            ),
+            _ => (
+                AuditEvent::Cancelled,
+                Some(Reason::Superseded),
+                now,
+                "superseded",
+            ),
+        };
+        audit::insert(&mut **tx, &AuditRow::for_call(c, event, reason, at)).await?;
+        close_card_message(tx, &c.message).await?;
+        // Counted before the batch commits: a batch that fails is run again job
+        // by job, which may count a card twice (rare, and only in the metric).
+        crate::ops::metrics::confirmation(&c.site, counted);
+    }
+    Ok(())
+}
+
+async fn insert_messages(tx: &mut Tx<'_>, messages: &[&MessageRow]) -> Result<(), sqlx::Error> {
+    if messages.is_empty() {
+        return Ok(());
+    }
+    super::conversations::insert_messages(&mut **tx, messages).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::placeholders;
+
+    #[test]
+    fn placeholders_number_rows_after_the_skipped_parameters() {
+        assert_eq!(placeholders(2, 3, 1), "($2, $3, $4), ($5, $6, $7)");
+        assert_eq!(placeholders(1, 1, 0), "($1)");
+        assert_eq!(placeholders(0, 4, 0), "");
+    }
+}
