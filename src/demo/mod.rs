@@ -145,15 +145,20 @@ async fn use_local_model(llm: &mut crate::config::LlmConfig) {
         match fetched {
             Ok(path) => llm.local_model = Some(path.display().to_string()),
             Err(e) => {
-                println!(
-                    "\nThe default model could not be fetched, so the assistant cannot answer yet: {e:#}\n"
-                );
+                println!("\nThe assistant cannot answer yet. {e:#}\n");
                 return;
             }
         }
     }
     llm.provider = "local".into();
+    // A small model on a CPU writes a few tokens a second: a newcomer's first
+    // answer should end in seconds, not run to the default cap.
+    llm.max_output_tokens = llm.max_output_tokens.min(DEMO_ANSWER_CAP);
 }
+
+/// The embedded model's answer cap in the demo, in tokens.
+#[cfg(feature = "local-model")]
+pub const DEMO_ANSWER_CAP: u32 = 320;
 
 /// A build without the embedded model has nothing to switch to: the demo says how
 /// to point it at a remote model.

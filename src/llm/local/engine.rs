@@ -17,6 +17,7 @@ use super::Stats;
 use super::chat::{self, CALL_OPEN};
 use super::model::{Loaded, Weights};
 use super::prefix::PrefixCache;
+use super::repeat;
 use crate::llm::{ChatMessage, ChatRequest, ModelEvent, ProviderError, ToolCall, ToolSpec};
 use crate::wire::Usage;
 
@@ -110,7 +111,10 @@ impl Engine {
         let mut position = input_tokens;
         let mut written = 0;
         while written < limit {
-            let token = writer.choose(&mut logits)?;
+            let Some(token) = writer.choose(&mut logits)? else {
+                // The repetition guard ended a loop.
+                break;
+            };
             written += 1;
             if writer.take(token)? {
                 break;
@@ -195,6 +199,7 @@ struct Writer<'a> {
     call: Option<(Matcher, Vec<u32>)>,
     calls: Vec<ToolCall>,
     recent: Vec<u32>,
+    strikes: repeat::Strikes,
 }
 
 impl<'a> Writer<'a> {
@@ -208,12 +213,14 @@ impl<'a> Writer<'a> {
             call: None,
             calls: Vec::new(),
             recent: Vec::new(),
+            strikes: repeat::Strikes::default(),
         }
     }
 
     /// The next token: the likeliest one the grammar allows, with recent tokens
-    /// made a little less likely.
-    fn choose(&mut self, logits: &mut [f32]) -> Result<u32, Halt> {
+    /// made a little less likely and none that repeats a run of the answer's text
+    /// (`repeat.rs`); `None` when the guard ends a loop.
+    fn choose(&mut self, logits: &mut [f32]) -> Result<Option<u32>, Halt> {
         for token in &self.recent {
             if let Some(l) = logits.get_mut(*token as usize) {
                 *l = if *l >= 0.0 {
@@ -222,6 +229,9 @@ impl<'a> Writer<'a> {
                     *l * REPEAT_PENALTY
                 };
             }
+        }
+        if self.call.is_none() && self.guard(logits) {
+            return Ok(None);
         }
         if let Some((matcher, _)) = &mut self.call {
             let mask = matcher
@@ -243,7 +253,30 @@ impl<'a> Writer<'a> {
         if self.recent.len() > REPEAT_WINDOW {
             self.recent.remove(0);
         }
-        Ok(best)
+        Ok(Some(best))
+    }
+
+    /// Bans the tokens that would repeat a run of the text; true when the model
+    /// keeps reaching for them, so the answer should end.
+    fn guard(&mut self, logits: &mut [f32]) -> bool {
+        let bans = repeat::banned(&self.text, repeat::NGRAM);
+        if bans.is_empty() {
+            return false;
+        }
+        let top = logits
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i as u32);
+        if top.is_some_and(|t| bans.contains(&t)) && self.strikes.strike(self.text.len()) {
+            return true;
+        }
+        for token in bans {
+            if let Some(l) = logits.get_mut(token as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        false
     }
 
     /// Takes a chosen token; true when the answer is complete.

@@ -19,6 +19,7 @@ pub mod fetch;
 mod model;
 mod prefix;
 mod qwen2;
+mod repeat;
 mod vocab;
 
 use std::path::PathBuf;
