@@ -54,6 +54,7 @@ async fn a_pinned_model_is_downloaded_once_and_its_checksum_checked() {
         file: "SmolLM2-135M-Instruct.Q4_1.gguf".into(),
         revision: HUB_COMMIT.into(),
         sha256: Some("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53".into()),
+        size: Some(std::fs::metadata(test_model()).unwrap().len()),
     };
     let path = fetch(&source, cache.path(), Some(&endpoint)).await.unwrap();
     assert_eq!(
@@ -70,6 +71,20 @@ async fn a_pinned_model_is_downloaded_once_and_its_checksum_checked() {
     // The file it fetched is a model the provider loads.
     LocalProvider::start(path, None, 1).unwrap();
 
+    // A file of another size, or with another hash, is refused, and the message
+    // says what to do.
+    let wrong_size = ModelSource {
+        size: Some(491_400_032),
+        ..source.clone()
+    };
+    let error = fetch(&wrong_size, cache.path(), Some(&endpoint))
+        .await
+        .unwrap_err();
+    let error = format!("{error:#}");
+    assert!(
+        error.contains("not the pinned 491400032 bytes") && error.contains("DESKBELL_LOCAL_MODEL"),
+        "{error}"
+    );
     let wrong = ModelSource {
         sha256: Some("00".repeat(32)),
         ..source
@@ -77,7 +92,11 @@ async fn a_pinned_model_is_downloaded_once_and_its_checksum_checked() {
     let error = fetch(&wrong, cache.path(), Some(&endpoint))
         .await
         .unwrap_err();
-    assert!(format!("{error:#}").contains("not the pinned"), "{error:#}");
+    let error = format!("{error:#}");
+    assert!(
+        error.contains("not the pinned SHA-256") && error.contains("Delete it"),
+        "{error}"
+    );
 }
 
 /// `deskbell demo` in a fresh folder with the given environment; returns the
@@ -158,9 +177,21 @@ async fn the_demo_answers_with_the_local_model_named_in_the_environment() {
 async fn the_demo_still_starts_when_the_default_model_cannot_be_fetched() {
     // A hub that refuses every connection stands for a machine without a network.
     let (demo, printed) = demo(&[("HF_ENDPOINT", "http://127.0.0.1:9")]).await;
+    // One short paragraph: the pinned address once, and what to set instead.
+    let said = printed
+        .split("\n\n")
+        .find(|p| p.contains("could not be downloaded"))
+        .unwrap_or_else(|| panic!("no word of the download in {printed}"));
+    assert_eq!(
+        said.matches("http://127.0.0.1:9/").count(),
+        1,
+        "the address once: {said}"
+    );
     assert!(
-        printed.contains("could not be fetched") && printed.contains("DESKBELL_LOCAL_MODEL"),
-        "{printed}"
+        said.contains("/resolve/9217f5db79a29953eb74d5343926648285ec7e67/")
+            && said.contains("DESKBELL_LOCAL_MODEL")
+            && said.len() < 500,
+        "{said}"
     );
     let page = reqwest::get(format!("{}/", demo.base)).await.unwrap();
     assert_eq!(page.status(), 200);
@@ -183,4 +214,40 @@ async fn the_demo_still_starts_when_the_default_model_cannot_be_fetched() {
         .await
         .unwrap();
     assert_eq!(signed_in.status(), 200);
+}
+
+/// The demo's own questions, on the test model: each answer ends before the
+/// demo's cap, and no sentence of it comes twice (before the repetition guard,
+/// the first answer repeated its paragraphs until the cap).
+#[tokio::test]
+async fn the_demos_questions_end_before_the_cap_and_do_not_repeat_themselves() {
+    let model = test_model().display().to_string();
+    let (demo, _) = demo(&[("DESKBELL_LOCAL_MODEL", &model)]).await;
+    for question in [
+        "Where is order 42?",
+        "How long does standard shipping take?",
+        "Can I return an item?",
+    ] {
+        let reply = demo_ask(&demo, question).await;
+        assert_eq!(reply.status, 200, "{question}: {:?}", reply.json);
+        let done = reply.event("done");
+        let written = done["usage"]["output_tokens"].as_u64().unwrap();
+        assert!(
+            written < u64::from(deskbell::demo::DEMO_ANSWER_CAP),
+            "{question}: {written} tokens: {}",
+            reply.text()
+        );
+        let text = reply.text();
+        let mut seen = std::collections::HashSet::new();
+        for sentence in text
+            .split(['\n', '.', '!', '?'])
+            .map(str::trim)
+            .filter(|s| s.split_whitespace().count() >= 4)
+        {
+            assert!(
+                seen.insert(sentence.to_string()),
+                "{question}: \"{sentence}\" comes twice in {text}"
+            );
+        }
+    }
 }

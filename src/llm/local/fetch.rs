@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use hf_hub::HFClient;
 use hf_hub::progress::{DownloadEvent, Progress, ProgressEvent, ProgressHandler};
 use sha2::{Digest, Sha256};
@@ -21,19 +21,51 @@ pub struct ModelSource {
     pub revision: String,
     /// The file's SHA-256 in hex; `None` only for a source not pinned yet.
     pub sha256: Option<String>,
+    /// The file's size in bytes, checked before its hash (a cut download is
+    /// told apart from a changed file at once).
+    pub size: Option<u64>,
 }
 
-/// The default model: Qwen2.5-0.5B-Instruct (Apache-2.0), Q4_K_M. See DECISIONS.md
-/// for why this one, and the issue note for the pin: this machine cannot reach the
-/// Hub, so its commit and checksum could not be read here and `main` stands in.
+/// The default model: Qwen2.5-0.5B-Instruct (Apache-2.0), Q4_K_M, pinned to the
+/// commit, hash and size that the Hub's public record gives (see DECISIONS.md).
 pub fn default_model() -> ModelSource {
     ModelSource {
         owner: "Qwen".into(),
         name: "Qwen2.5-0.5B-Instruct-GGUF".into(),
         file: "qwen2.5-0.5b-instruct-q4_k_m.gguf".into(),
-        revision: "main".into(),
-        sha256: None,
+        revision: "9217f5db79a29953eb74d5343926648285ec7e67".into(),
+        sha256: Some("74a4da8c9fdbcd15bd1f6d01d621410d31c6fc00986f5eb687824e7b93d7a9db".into()),
+        size: Some(491_400_032),
     }
+}
+
+const HUB: &str = "https://huggingface.co";
+
+impl ModelSource {
+    /// Where the file is downloaded from.
+    pub fn url(&self, endpoint: Option<&str>) -> String {
+        format!(
+            "{}/{}/{}/resolve/{}/{}",
+            endpoint.unwrap_or(HUB).trim_end_matches('/'),
+            self.owner,
+            self.name,
+            self.revision,
+            self.file
+        )
+    }
+}
+
+/// The download could not happen (no network, a Hub that refuses). Its text is
+/// one short paragraph for a person: the address once, and what to set instead;
+/// the cause is logged, not shown.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "The model could not be downloaded from {url}. To run without a download, set \
+     DESKBELL_LOCAL_MODEL to a GGUF model file you have; to use a remote model, set \
+     OPENAI_API_KEY, or DESKBELL_LLM_BASE_URL and DESKBELL_LLM_MODEL."
+)]
+pub struct CannotDownload {
+    pub url: String,
 }
 
 /// The model file, downloaded first if the cache does not hold a verified copy.
@@ -66,34 +98,52 @@ pub async fn fetch(
                 source.file,
                 cache.display()
             );
-            repo.download_file()
+            let downloaded = repo
+                .download_file()
                 .filename(source.file.clone())
                 .revision(source.revision.clone())
                 .progress(Progress::new(Bar::default()))
                 .send()
-                .await
-                .with_context(|| {
-                    format!(
-                        "cannot download {} from the Hub; to run without a download, set \
-                         DESKBELL_LOCAL_MODEL to a GGUF model file you have",
-                        source.file
-                    )
-                })?
+                .await;
+            match downloaded {
+                Ok(path) => path,
+                Err(e) => {
+                    tracing::debug!(error = %e, "the model download failed");
+                    return Err(CannotDownload {
+                        url: source.url(endpoint),
+                    }
+                    .into());
+                }
+            }
         }
     };
     verify(&path, source).await?;
     Ok(path)
 }
 
-/// Checks the file's SHA-256 (about a second for the default model) before use.
+/// Checks the file's size, then its SHA-256 (about a second for the default
+/// model), before use.
 async fn verify(path: &Path, source: &ModelSource) -> anyhow::Result<()> {
-    let path = path.to_path_buf();
-    let digest = tokio::task::spawn_blocking(move || sha256_of(&path)).await??;
+    let refuse = |found: String, pinned: &str| {
+        anyhow::anyhow!(
+            "{} has {found}, not the pinned {pinned}, so it was not used. Delete it to \
+             download it again, or set DESKBELL_LOCAL_MODEL to a GGUF model file you have.",
+            path.display()
+        )
+    };
+    if let Some(size) = source.size {
+        let found = std::fs::metadata(path)?.len();
+        if found != size {
+            return Err(refuse(format!("{found} bytes"), &format!("{size} bytes")));
+        }
+    }
+    let owned = path.to_path_buf();
+    let digest = tokio::task::spawn_blocking(move || sha256_of(&owned)).await??;
     match &source.sha256 {
-        Some(expected) if !digest.eq_ignore_ascii_case(expected) => bail!(
-            "the downloaded {} has SHA-256 {digest}, not the pinned {expected}: it was not used",
-            source.file
-        ),
+        Some(expected) if !digest.eq_ignore_ascii_case(expected) => Err(refuse(
+            format!("SHA-256 {digest}"),
+            &format!("SHA-256 {expected}"),
+        )),
         Some(_) => Ok(()),
         None => {
             tracing::warn!(file = %source.file, sha256 = %digest, "the model source is not pinned to a checksum");
@@ -166,5 +216,23 @@ impl ProgressHandler for Bar {
         } else {
             Ok(())
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_model_is_pinned_to_a_commit_a_hash_and_a_size() {
+        let m = default_model();
+        assert!(m.revision.len() == 40 && m.revision.chars().all(|c| c.is_ascii_hexdigit()));
+        let sha = m.sha256.unwrap_or_default();
+        assert!(sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(m.size, Some(491_400_032));
+        assert_eq!(
+            default_model().url(None),
+            "https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct-GGUF/resolve/9217f5db79a29953eb74d5343926648285ec7e67/qwen2.5-0.5b-instruct-q4_k_m.gguf"
+        );
     }
 }
