@@ -153,6 +153,11 @@ pub struct LlmConfig {
     pub idle_timeout_s: f64,
     /// How often a transient failure is retried before the first token.
     pub max_retries: u32,
+    /// Speak HTTP/2 to an `http://` model server without negotiating it first
+    /// (h2c, "prior knowledge"), so one connection carries every turn's stream
+    /// instead of one socket each. Only for servers known to speak it; over
+    /// `https://` HTTP/2 is negotiated anyway.
+    pub http2: bool,
     /// Seconds a whole turn may take, model rounds and tools included; past this it
     /// ends as failed with an error event (SPEC §5, §12).
     pub turn_timeout_s: f64,
@@ -186,6 +191,7 @@ impl Default for LlmConfig {
             connect_timeout_s: 10.0,
             idle_timeout_s: 60.0,
             max_retries: 2,
+            http2: false,
             turn_timeout_s: 120.0,
             local_model: None,
             local_tokenizer: None,

@@ -27,10 +27,13 @@ pub struct OpenAiProvider {
 
 impl OpenAiProvider {
     pub fn new(config: &LlmConfig) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs_f64(config.connect_timeout_s))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()?;
+            .redirect(reqwest::redirect::Policy::none());
+        if config.http2 && config.base_url.starts_with("http://") {
+            http = http.http2_prior_knowledge();
+        }
+        let http = http.build()?;
         Ok(Self {
             http,
             url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),

@@ -4,6 +4,7 @@
 //! It can also misbehave: answer 429/500, stall, or cut the stream.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -70,6 +71,11 @@ impl Reply {
 struct Script {
     replies: Mutex<VecDeque<Reply>>,
     requests: Mutex<Vec<Value>>,
+    /// The HTTP version of each request, in order.
+    versions: Mutex<Vec<axum::http::Version>>,
+    /// How long every stream waits before its first chunk, in microseconds: a
+    /// model's own latency, for the benchmark that measures what Deskbell adds.
+    first_token_delay_us: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -96,9 +102,23 @@ impl FakeLlm {
         lock(&self.script.replies).push_back(reply);
     }
 
+    /// Makes every later stream wait `delay` before its first chunk, as a real
+    /// model's time to first token.
+    pub fn set_first_token_delay(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.script
+            .first_token_delay_us
+            .store(us, Ordering::Relaxed);
+    }
+
     /// The request bodies received so far, in order.
     pub fn requests(&self) -> Vec<Value> {
         lock(&self.script.requests).clone()
+    }
+
+    /// The HTTP versions the requests so far came in, in order.
+    pub fn versions(&self) -> Vec<axum::http::Version> {
+        lock(&self.script.versions).clone()
     }
 }
 
@@ -106,8 +126,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn complete(State(script): State<Arc<Script>>, Json(body): Json<Value>) -> Response {
+async fn complete(
+    State(script): State<Arc<Script>>,
+    version: axum::http::Version,
+    Json(body): Json<Value>,
+) -> Response {
     lock(&script.requests).push(body);
+    lock(&script.versions).push(version);
     let reply = lock(&script.replies)
         .pop_front()
         .unwrap_or_else(|| Reply::text("OK."));
@@ -126,7 +151,13 @@ async fn complete(State(script): State<Arc<Script>>, Json(body): Json<Value>) ->
         }
         Reply::Stream(pieces) => {
             let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-            tokio::spawn(play(pieces, tx));
+            let delay = Duration::from_micros(script.first_token_delay_us.load(Ordering::Relaxed));
+            tokio::spawn(async move {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                play(pieces, tx).await
+            });
             Response::builder()
                 .header("content-type", "text/event-stream")
                 .body(Body::from_stream(

@@ -11,15 +11,32 @@ pub use webhook::{HookReply, Recorded, Webhook};
 
 use tokio::net::TcpListener;
 
-/// Serves a router on a fresh loopback port and returns its base URL.
+/// Serves a router on a fresh loopback port and returns its base URL. It speaks
+/// HTTP/1.1 and, to a client that starts with HTTP/2 (h2c), HTTP/2 with no cap
+/// on concurrent streams, so one connection may carry thousands of them.
 pub async fn serve_on_loopback(router: axum::Router) -> std::io::Result<String> {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(None);
     tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            let service = TowerToHyperService::new(router.clone());
+            let connection = builder
+                .serve_connection_with_upgrades(TokioIo::new(tcp), service)
+                .into_owned();
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+        }
     });
     Ok(format!("http://{addr}"))
 }

@@ -108,3 +108,24 @@ async fn a_stream_that_stalls_mid_answer_times_out_as_failed() {
     assert_eq!(r.event("done")["status"], "failed");
     assert_eq!(r.text(), "Wait");
 }
+
+/// `[llm] http2 = true` speaks HTTP/2 to an `http://` model server (h2c), so
+/// every turn's stream shares one connection; by default it is HTTP/1.1.
+#[tokio::test]
+async fn a_model_server_is_spoken_to_in_http2_when_configured_and_http1_otherwise() {
+    use axum::http::Version;
+    let h1 = TestApp::start().await;
+    let token = h1.visitor().await;
+    assert_eq!(h1.question(&token, None, "hi").await.status, 200);
+    assert_eq!(h1.llm.versions(), vec![Version::HTTP_11]);
+
+    let h2 = TestApp::with(|c| c.llm.http2 = true).await;
+    let (one, two) = (h2.visitor().await, h2.visitor().await);
+    let (a, b) = tokio::join!(
+        h2.question(&one, None, "one"),
+        h2.question(&two, None, "two")
+    );
+    assert_eq!((a.status, b.status), (200, 200));
+    assert_eq!(a.text(), "OK.");
+    assert_eq!(h2.llm.versions(), vec![Version::HTTP_2, Version::HTTP_2]);
+}
