@@ -86,6 +86,20 @@ fn word(rank: usize) -> String {
     w
 }
 
+/// Questions of two to five words drawn like the synthetic documents' words, so
+/// retrieval finds (and ranks) real matches.
+pub fn synthetic_questions(count: usize) -> Vec<String> {
+    let mut words = Words { seed: 7 };
+    (0..count)
+        .map(|i| {
+            let n = 2 + i % 4;
+            let mut q: Vec<String> = (0..n).map(|_| words.next()).collect();
+            q.push("?".into());
+            q.join(" ")
+        })
+        .collect()
+}
+
 /// Writes `documents` Markdown files of `sections` sections each; returns the bytes.
 pub fn synthetic_docs(dir: &Path, documents: usize, sections: usize) -> anyhow::Result<u64> {
     std::fs::create_dir_all(dir)?;
@@ -132,11 +146,9 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
     );
     let knowledge = Knowledge::open(&config).await?;
     let mut samples = Samples::default();
-    let mut words = Words { seed: 7 };
-    for i in 0..2_000 {
-        let query: Vec<String> = (0..2 + i % 4).map(|_| words.next()).collect();
+    for query in synthetic_questions(2_000) {
         let t = Instant::now();
-        knowledge.search_top("bench", &query.join(" "), 8).await?;
+        knowledge.search_top("bench", &query, 8).await?;
         samples.push(t.elapsed());
     }
     report(

@@ -98,12 +98,29 @@ pub async fn guards_under_load(sizes: &Sizes) -> anyhow::Result<()> {
 }
 
 /// Many answers held open at once while the model trickles a token a second.
+/// Open streams held at once, with the model trickling a token a second: once
+/// over HTTP/1.1 to the model (a socket per stream, so the server holds two per
+/// stream and the open-file limit caps the count), once over HTTP/2 (one
+/// connection for all, as to a hosted model over TLS).
 pub async fn open_streams(sizes: &Sizes) -> anyhow::Result<()> {
+    let (soft, hard) = raise_open_files();
+    println!("| open-file limit (soft, hard) | {soft}, {hard} | |");
+    // Each HTTP/1.1 stream holds two sockets in the server; leave room for the rest.
+    let h1 = sizes
+        .open_streams
+        .min((soft.saturating_sub(1_000) / 2) as usize);
+    held_streams(h1, false).await?;
+    held_streams(sizes.open_streams, true).await
+}
+
+async fn held_streams(n: usize, http2: bool) -> anyhow::Result<()> {
     let (llm, hook) = fakes().await?;
-    let s = server::start(&llm, &hook).await?;
+    server::MODEL_HTTP2.store(http2, std::sync::atomic::Ordering::Relaxed);
+    let started = server::start(&llm, &hook).await;
+    server::MODEL_HTTP2.store(false, std::sync::atomic::Ordering::Relaxed);
+    let s = started?;
     let client = Client::new(&s.base);
     let idle = s.rss_mib();
-    let n = sizes.open_streams;
     let seconds = if n > 1000 { 40 } else { 5 };
     for _ in 0..n {
         let mut pieces = Vec::new();
@@ -153,7 +170,10 @@ pub async fn open_streams(sizes: &Sizes) -> anyhow::Result<()> {
     let rss = s.rss_mib();
     let open = opened.load(std::sync::atomic::Ordering::Relaxed);
     report(
-        &format!("open streams held at once (model trickling 1 token/s), {n} asked"),
+        &format!(
+            "open streams held at once (model trickling 1 token/s, {} to the model), {n} asked",
+            if http2 { "HTTP/2" } else { "HTTP/1.1" }
+        ),
         &format!(
             "{open} open after {:.1} s; RSS {rss:.0} MiB (idle {idle:.0} MiB, {:.1} KiB per stream)",
             started.elapsed().as_secs_f64(),
@@ -165,6 +185,35 @@ pub async fn open_streams(sizes: &Sizes) -> anyhow::Result<()> {
         t.abort();
     }
     Ok(())
+}
+
+/// Raises this process's open-file limit to its hard limit (the server it
+/// starts inherits it), with util-linux's `prlimit`; returns (soft, hard) after.
+fn raise_open_files() -> (u64, u64) {
+    let read = || {
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap_or_default()
+            .to_string();
+        let mut numbers = line
+            .split_whitespace()
+            .filter_map(|w| w.parse::<u64>().ok());
+        (
+            numbers.next().unwrap_or(1024),
+            numbers.next().unwrap_or(1024),
+        )
+    };
+    let (soft, hard) = read();
+    if soft < hard {
+        let _ = std::process::Command::new("prlimit")
+            .arg("--pid")
+            .arg(std::process::id().to_string())
+            .arg(format!("--nofile={hard}:{hard}"))
+            .status();
+    }
+    read()
 }
 
 /// Rate-limit memory (issue 14): distinct visitors arrive at an even rate, each

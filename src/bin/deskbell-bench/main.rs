@@ -10,6 +10,7 @@ mod client;
 mod console;
 mod figures;
 mod knowledge;
+mod latency;
 mod load;
 #[cfg(feature = "local-model")]
 mod local;

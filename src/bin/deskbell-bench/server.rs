@@ -10,6 +10,10 @@ use deskbell::testkit::{FakeLlm, Webhook};
 use tokio::process::{Child, Command};
 
 pub const ORIGIN: &str = "https://bench.example";
+
+/// Whether servers started from now on speak HTTP/2 to the model stand-in
+/// (`[llm] http2`), as they would to a hosted model over TLS.
+pub static MODEL_HTTP2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 const SECRET: &str = "bench-secret-0123456789abcdef0123456789";
 
 pub struct Server {
@@ -39,11 +43,14 @@ bind = "127.0.0.1:{port}"
 database_url = "{database_url}"
 sqlite_synchronous = "{sync}"
 group_commit = {group}
+# Every client of the benchmark comes from 127.0.0.1.
+max_connections_per_ip = 100000
 
 [llm]
 base_url = "{llm}"
 model = "fake"
 max_output_tokens = 256
+http2 = {http2}
 
 [[site]]
 id = "bench"
@@ -77,6 +84,7 @@ daily_token_budget = 1000000000000
         group = std::env::var("BENCH_GROUP_COMMIT").map_or(true, |v| v != "off"),
         sync = std::env::var("BENCH_SQLITE_SYNCHRONOUS").unwrap_or_else(|_| "full".into()),
         llm = llm.base_url,
+        http2 = MODEL_HTTP2.load(std::sync::atomic::Ordering::Relaxed),
         hook = hook.url("/cancel"),
     )
 }
@@ -90,6 +98,23 @@ fn deskbell_binary() -> anyhow::Result<PathBuf> {
         path.display()
     );
     Ok(path)
+}
+
+/// `deskbell`; with `BENCH_SERVER_CPU=N` pinned to core N by `taskset` (which
+/// becomes the server: the pid is the server's); with `BENCH_SERVER_WRAP` run
+/// under that command line (a profiler such as `heaptrack -o /tmp/heap`).
+fn server_command() -> anyhow::Result<Command> {
+    let mut line: Vec<String> = Vec::new();
+    if let Ok(wrap) = std::env::var("BENCH_SERVER_WRAP") {
+        line.extend(wrap.split_whitespace().map(str::to_string));
+    }
+    if let Ok(cpu) = std::env::var("BENCH_SERVER_CPU") {
+        line.extend(["taskset".into(), "-c".into(), cpu]);
+    }
+    line.push(deskbell_binary()?.display().to_string());
+    let mut command = Command::new(&line[0]);
+    command.args(&line[1..]);
+    Ok(command)
 }
 
 pub async fn start(llm: &FakeLlm, hook: &Webhook) -> anyhow::Result<Server> {
@@ -158,7 +183,7 @@ async fn start_on(
     let path = dir.join("bench.toml");
     std::fs::write(&path, config(llm, hook, port, dir, knowledge, database_url))?;
     let started = Instant::now();
-    let child = Command::new(deskbell_binary()?)
+    let child = server_command()?
         .args(["serve", "--config"])
         .arg(&path)
         .env("BETTER_AUTH_SECRET", SECRET)

@@ -55,3 +55,67 @@ pub fn rss_mib(process: &str) -> f64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
 }
+
+/// The share of the machine's CPU time that the server and the PostgreSQL
+/// processes took over a stretch of time (all of it: 100 % is every core busy).
+pub struct CpuShare {
+    server: Option<u32>,
+    started: std::time::Instant,
+    server_at_start: f64,
+    postgres_at_start: f64,
+}
+
+impl CpuShare {
+    pub fn start(server: Option<u32>) -> Self {
+        CpuShare {
+            server,
+            started: std::time::Instant::now(),
+            server_at_start: server.map_or(0.0, cpu_seconds),
+            postgres_at_start: cpu_seconds_named("postgres"),
+        }
+    }
+
+    /// "server 61 %, PostgreSQL 22 % of 2 cores".
+    pub fn finish(&self) -> String {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let wall = self.started.elapsed().as_secs_f64() * cores;
+        let server = self.server.map_or(0.0, cpu_seconds) - self.server_at_start;
+        let postgres = cpu_seconds_named("postgres") - self.postgres_at_start;
+        format!(
+            "CPU: server {:.0} %, PostgreSQL {:.0} % of {cores} cores",
+            100.0 * server / wall,
+            100.0 * postgres / wall
+        )
+    }
+}
+
+/// User and system CPU seconds of a process, from /proc; 0 if unreadable.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The CPU seconds of every process whose command name is `name`.
+fn cpu_seconds_named(name: &str) -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
+        })
+        .map(cpu_seconds)
+        .sum()
+}

@@ -1,0 +1,113 @@
+//! What Deskbell adds to the first token when the model has latency of its own
+//! (issues 16 and 19): the model stand-in waits 50 ms before its first chunk,
+//! the site has 1,000 documents and a tool, and 100 streams ask at once. Rounds
+//! alternate between Deskbell and the model asked directly, so both are measured
+//! in the same run under the same machine's weather; each round's added time is
+//! Deskbell's percentile minus the model's, and the figure is the rounds' median
+//! with their spread.
+
+use std::time::Duration;
+
+use deskbell::testkit::{FakeLlm, Webhook};
+use serde_json::json;
+
+use crate::client::Client;
+use crate::figures::{Sizes, model_ttft};
+use crate::server;
+use crate::stats::{Samples, ms, report};
+
+const MODEL_LATENCY: Duration = Duration::from_millis(50);
+
+pub async fn figures(sizes: &Sizes, quick: bool) -> anyhow::Result<()> {
+    let llm = FakeLlm::start().await?;
+    llm.set_first_token_delay(MODEL_LATENCY);
+    let hook = Webhook::start().await?;
+    let dir = tempfile::tempdir()?;
+    let docs = dir.path().join("docs");
+    crate::knowledge::synthetic_docs(&docs, if quick { 100 } else { 1_000 }, 3)?;
+    let s = server::start_in(dir.path(), Some(&docs), &llm, &hook).await?;
+    let client = Client::new(&s.base);
+    let questions = crate::knowledge::synthetic_questions(sizes.asks_per_client);
+    let mut tokens = Vec::new();
+    for _ in 0..sizes.concurrency {
+        tokens.push(client.visitor("bench").await?);
+    }
+    // A warm-up round for connections and caches, measured by nobody.
+    asks(&client, &tokens, &questions[..2.min(questions.len())]).await?;
+    let rounds = if quick { 2 } else { 7 };
+    let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
+    let (mut deskbell_all, mut model_all) = (Samples::default(), Samples::default());
+    for _ in 0..rounds {
+        let deskbell = asks(&client, &tokens, &questions).await?;
+        let model = model_ttft(&llm, sizes.concurrency, sizes.asks_per_client).await?;
+        p50s.push(deskbell.p50().saturating_sub(model.p50()));
+        p99s.push(deskbell.p99().saturating_sub(model.p99()));
+        deskbell_all.extend(deskbell);
+        model_all.extend(model);
+    }
+    report(
+        &format!(
+            "time to first token, model with 50 ms of its own, 1,000 documents and a tool, {} streams ({} turns in {rounds} rounds)",
+            sizes.concurrency,
+            deskbell_all.len()
+        ),
+        &format!(
+            "Deskbell p50 {} p99 {}; model alone p50 {} p99 {}",
+            ms(deskbell_all.p50()),
+            ms(deskbell_all.p99()),
+            ms(model_all.p50()),
+            ms(model_all.p99())
+        ),
+        "",
+    );
+    report(
+        "added time to first token with the 50 ms model (median of rounds, spread)",
+        &format!(
+            "p50 {} ({}); p99 {} ({})",
+            ms(median(&p50s)),
+            spread(&p50s),
+            ms(median(&p99s)),
+            spread(&p99s)
+        ),
+        "p50 ≤ 0.5 ms, p99 ≤ 2 ms",
+    );
+    Ok(())
+}
+
+/// Every visitor asks its questions one after another, all visitors at once;
+/// returns the times to the first `delta`.
+async fn asks(client: &Client, tokens: &[String], questions: &[String]) -> anyhow::Result<Samples> {
+    let tasks = tokens.iter().cloned().map(|token| {
+        let client = client.clone();
+        let questions = questions.to_vec();
+        tokio::spawn(async move {
+            let mut samples = Samples::default();
+            for q in questions {
+                if let Ok(a) = client.ask(&token, &json!({"message": q})).await
+                    && a.status == 200
+                    && let Some(first) = a.first_delta
+                {
+                    samples.push(first);
+                }
+            }
+            samples
+        })
+    });
+    let mut all = Samples::default();
+    for done in futures_util::future::join_all(tasks).await {
+        all.extend(done?);
+    }
+    Ok(all)
+}
+
+fn median(values: &[Duration]) -> Duration {
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn spread(values: &[Duration]) -> String {
+    let min = values.iter().min().copied().unwrap_or_default();
+    let max = values.iter().max().copied().unwrap_or_default();
+    format!("{}–{}", ms(min), ms(max))
+}
