@@ -66,7 +66,7 @@ async fn ask(
                     _ => return Err(ApiError::ConversationNotFound),
                 },
             };
-            let admission = guard::admit_turn(&app, &caller).await?;
+            let admission = guard::admit_question(&app, &caller).await?;
             let span = tracing::info_span!(
                 "turn",
                 site = %caller.site.config.id,

@@ -42,12 +42,37 @@ impl Admission {
 /// The budget (429 `daily_budget_exhausted`, until midnight UTC), then the stream
 /// caps (429 `too_many_streams`), in the order of SPEC §5.
 pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiError> {
-    reserve(app, caller)
+    reserve(app, caller, true)
         .await
         .inspect_err(|e| crate::ops::metrics::guard_refused(e.code()))
 }
 
-async fn reserve(app: &App, caller: &Caller) -> Result<Admission, ApiError> {
+/// For a question: the stream caps now, and the budget read by the turn itself
+/// (`budget_open`) beside its other reads, so the model is asked one database
+/// round trip sooner. A question refused by the stream caps is told about a
+/// spent budget first, as SPEC §5 orders them.
+pub async fn admit_question(app: &App, caller: &Caller) -> Result<Admission, ApiError> {
+    reserve(app, caller, false)
+        .await
+        .inspect_err(|e| crate::ops::metrics::guard_refused(e.code()))
+}
+
+/// Whether the turn's share could be reserved now (a read: the reservation is
+/// part of the turn's first transaction, so a turn costs one commit fewer).
+pub async fn budget_open(app: &App, share: &BudgetShare) -> Result<(), ApiError> {
+    check_budget(app, share)
+        .await
+        .inspect_err(|e| crate::ops::metrics::guard_refused(e.code()))
+}
+
+async fn check_budget(app: &App, share: &BudgetShare) -> Result<(), ApiError> {
+    match app.store.budget_open(share).await? {
+        Reservation::Reserved => Ok(()),
+        refusal => Err(super::refused(budget_refusal(refusal, app.clock.now_ms()))),
+    }
+}
+
+async fn reserve(app: &App, caller: &Caller, budget_first: bool) -> Result<Admission, ApiError> {
     let limits = &caller.site.config.limits;
     let site = caller.site.config.id.clone();
     let now = app.clock.now_ms();
@@ -57,11 +82,8 @@ async fn reserve(app: &App, caller: &Caller) -> Result<Admission, ApiError> {
         reserved: limits.max_tokens_per_turn as i64,
         limit: limits.daily_token_budget as i64,
     };
-    // A read here; the reservation is part of the turn's first transaction, so a
-    // turn costs one commit fewer.
-    match app.store.budget_open(&share).await? {
-        Reservation::Reserved => {}
-        refusal => return Err(super::refused(budget_refusal(refusal, now))),
+    if budget_first {
+        check_budget(app, &share).await?;
     }
     let keys = [
         (
@@ -70,15 +92,17 @@ async fn reserve(app: &App, caller: &Caller) -> Result<Admission, ApiError> {
         ),
         (format!("s|{site}"), limits.concurrent_streams),
     ];
-    let slot = app
-        .counters
-        .acquire(&keys)
-        .await
-        .map_err(|r| super::refused(super::refusal_error(r, ApiError::TooManyStreams)))?;
-    let Some(slot) = slot else {
-        return Err(super::refused(ApiError::TooManyStreams(
-            STREAMS_RETRY_AFTER_S,
-        )));
+    let slot = match app.counters.acquire(&keys).await {
+        Ok(Some(slot)) => slot,
+        refused => {
+            if !budget_first {
+                check_budget(app, &share).await?;
+            }
+            return Err(super::refused(match refused {
+                Err(r) => super::refusal_error(r, ApiError::TooManyStreams),
+                Ok(_) => ApiError::TooManyStreams(STREAMS_RETRY_AFTER_S),
+            }));
+        }
     };
     Ok(Admission {
         share,

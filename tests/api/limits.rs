@@ -269,6 +269,36 @@ async fn a_visitor_may_stream_only_so_many_answers_at_once() {
     assert_eq!((a.status, b.status), (200, 200), "the cap is per visitor");
 }
 
+/// SPEC §5 orders the budget before the stream caps: a question that meets both
+/// a spent budget and a full stream cap is told the budget is spent (questions
+/// read the budget inside the turn, after taking their stream slot).
+#[tokio::test]
+async fn a_spent_budget_is_told_before_a_full_stream_cap() {
+    let t = TestApp::with(|c| {
+        c.sites[0].limits.daily_token_budget = 100;
+        c.sites[0].limits.max_tokens_per_turn = 50;
+        c.sites[0].limits.concurrent_streams_per_visitor = 1;
+    })
+    .await;
+    let (alice, bob) = (t.visitor().await, t.visitor().await);
+    // Alice's answer streams slowly; Bob's spends the day's budget meanwhile.
+    t.llm.push(slow("slow", 600));
+    t.llm.push(Script::Stream(vec![
+        Piece::Text("ok".into()),
+        Piece::Usage {
+            input: 100,
+            output: 40,
+        },
+    ]));
+    let (a, (b, c)) = tokio::join!(t.question(&alice, None, "one"), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let b = t.question(&bob, None, "two").await;
+        (b, t.question(&alice, None, "three").await)
+    });
+    assert_eq!((a.status, b.status), (200, 200));
+    assert_eq!((c.status, c.code()), (429, "daily_budget_exhausted"));
+}
+
 #[tokio::test]
 async fn the_site_wide_stream_cap_holds_across_visitors() {
     let t = TestApp::with(|c| c.sites[0].limits.concurrent_streams = 1).await;

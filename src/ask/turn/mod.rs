@@ -203,7 +203,22 @@ impl Turn {
         };
         // The tools are read again for each model round: an operator's change
         // applies from the next round on every replica (SPEC §15).
-        let (passages, tools) = tokio::join!(self.retrieve(&message), site.tools.fresh(&store));
+        // The budget is read here, beside the other reads, not before the turn
+        // (`guard::admit_question`).
+        let share = self.admission.as_ref().map(|a| a.share().clone());
+        let app = self.app.clone();
+        let budget = async move {
+            match &share {
+                Some(share) => crate::guard::budget_open(&app, share).await,
+                None => Ok(()),
+            }
+        };
+        let (passages, tools, budget) =
+            tokio::join!(self.retrieve(&message), site.tools.fresh(&store), budget);
+        if let Err(refused) = budget {
+            self.start(Err(refused));
+            return Ok(());
+        }
         self.tools = tools;
         let knowledge = prompt::sources(passages.as_deref());
         self.knowledge_len = knowledge.len();
