@@ -24,7 +24,8 @@ pub async fn figures(sizes: &Sizes, quick: bool) -> anyhow::Result<()> {
     let hook = Webhook::start().await?;
     let dir = tempfile::tempdir()?;
     let docs = dir.path().join("docs");
-    crate::knowledge::synthetic_docs(&docs, if quick { 100 } else { 1_000 }, 3)?;
+    let documents = if quick { 100 } else { 1_000 };
+    crate::knowledge::synthetic_docs(&docs, documents, 3)?;
     let s = server::start_in(dir.path(), Some(&docs), &llm, &hook).await?;
     let client = Client::new(&s.base);
     let questions = crate::knowledge::synthetic_questions(sizes.asks_per_client);
@@ -47,7 +48,7 @@ pub async fn figures(sizes: &Sizes, quick: bool) -> anyhow::Result<()> {
     }
     report(
         &format!(
-            "time to first token, model with 50 ms of its own, 1,000 documents and a tool, {} streams ({} turns in {rounds} rounds)",
+            "time to first token, model with 50 ms of its own, {documents} documents and a tool, {} streams ({} turns in {rounds} rounds)",
             sizes.concurrency,
             deskbell_all.len()
         ),
