@@ -11,6 +11,8 @@ use crate::server::ORIGIN;
 pub struct Client {
     pub http: reqwest::Client,
     pub base: String,
+    /// The page the visitor's requests come from.
+    pub origin: String,
 }
 
 /// What one ask showed: status, time to the first `delta`, and the events.
@@ -30,6 +32,15 @@ impl Client {
         Self {
             http,
             base: base.to_string(),
+            origin: ORIGIN.to_string(),
+        }
+    }
+
+    /// A client whose requests come from `origin`.
+    pub fn with_origin(base: &str, origin: &str) -> Self {
+        Self {
+            origin: origin.to_string(),
+            ..Self::new(base)
         }
     }
 
@@ -37,7 +48,7 @@ impl Client {
         let r: Value = self
             .http
             .post(format!("{}/v1/visitors", self.base))
-            .header("origin", ORIGIN)
+            .header("origin", &self.origin)
             .json(&json!({"site": site}))
             .send()
             .await?
@@ -54,7 +65,7 @@ impl Client {
         let response = self
             .http
             .post(format!("{}/v1/ask", self.base))
-            .header("origin", ORIGIN)
+            .header("origin", &self.origin)
             .bearer_auth(token)
             .json(body)
             .send()

@@ -95,6 +95,10 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     if wants("streams") {
         crate::load::open_streams(&sizes).await?;
     }
+    // Minutes on a CPU model: only when asked for by name.
+    if only == Some("quality") {
+        crate::quality::figures().await?;
+    }
     #[cfg(feature = "local-model")]
     if wants("local") {
         crate::local::figures(quick).await?;

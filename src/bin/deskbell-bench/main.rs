@@ -14,6 +14,7 @@ mod latency;
 mod load;
 #[cfg(feature = "local-model")]
 mod local;
+mod quality;
 mod replicas;
 mod server;
 mod stats;

@@ -89,7 +89,7 @@ daily_token_budget = 1000000000000
     )
 }
 
-fn deskbell_binary() -> anyhow::Result<PathBuf> {
+pub fn deskbell_binary() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let path = exe.with_file_name("deskbell");
     anyhow::ensure!(
