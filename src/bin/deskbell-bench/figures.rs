@@ -198,13 +198,25 @@ pub async fn asks_in_parallel(
     for _ in 0..concurrency {
         tokens.push(client.visitor(site).await?);
     }
-    let tasks = tokens.into_iter().map(|token| {
+    ask_each(client, &tokens, &vec!["hi".to_string(); per_client]).await
+}
+
+/// Every visitor asks the questions one after another, all visitors at once;
+/// returns the times to the first `delta` (or to the end, for an answer without
+/// text) and how many asks were refused or failed.
+pub async fn ask_each(
+    client: &Client,
+    tokens: &[String],
+    questions: &[String],
+) -> anyhow::Result<(Samples, usize)> {
+    let tasks = tokens.iter().cloned().map(|token| {
         let client = client.clone();
+        let questions = questions.to_vec();
         tokio::spawn(async move {
             let mut samples = Samples::default();
             let mut refused = 0;
-            for _ in 0..per_client {
-                match client.ask(&token, &json!({"message": "hi"})).await {
+            for q in questions {
+                match client.ask(&token, &json!({"message": q})).await {
                     Ok(a) if a.status == 200 => samples.push(a.first_delta.unwrap_or(a.total)),
                     _ => refused += 1,
                 }
@@ -249,13 +261,7 @@ async fn added_ttft(sizes: &Sizes) -> anyhow::Result<()> {
             sizes.concurrency,
             deskbell.len()
         ),
-        &format!(
-            "Deskbell p50 {} p99 {}; model alone p50 {} p99 {}",
-            ms(deskbell.p50()),
-            ms(deskbell.p99()),
-            ms(model.p50()),
-            ms(model.p99())
-        ),
+        &crate::stats::beside_model(&deskbell, &model),
         "",
     );
     report(

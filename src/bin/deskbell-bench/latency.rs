@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use deskbell::testkit::{FakeLlm, Webhook};
-use serde_json::json;
 
 use crate::client::Client;
 use crate::figures::{Sizes, model_ttft};
@@ -52,13 +51,7 @@ pub async fn figures(sizes: &Sizes, quick: bool) -> anyhow::Result<()> {
             sizes.concurrency,
             deskbell_all.len()
         ),
-        &format!(
-            "Deskbell p50 {} p99 {}; model alone p50 {} p99 {}",
-            ms(deskbell_all.p50()),
-            ms(deskbell_all.p99()),
-            ms(model_all.p50()),
-            ms(model_all.p99())
-        ),
+        &crate::stats::beside_model(&deskbell_all, &model_all),
         "",
     );
     report(
@@ -75,30 +68,8 @@ pub async fn figures(sizes: &Sizes, quick: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every visitor asks its questions one after another, all visitors at once;
-/// returns the times to the first `delta`.
 async fn asks(client: &Client, tokens: &[String], questions: &[String]) -> anyhow::Result<Samples> {
-    let tasks = tokens.iter().cloned().map(|token| {
-        let client = client.clone();
-        let questions = questions.to_vec();
-        tokio::spawn(async move {
-            let mut samples = Samples::default();
-            for q in questions {
-                if let Ok(a) = client.ask(&token, &json!({"message": q})).await
-                    && a.status == 200
-                    && let Some(first) = a.first_delta
-                {
-                    samples.push(first);
-                }
-            }
-            samples
-        })
-    });
-    let mut all = Samples::default();
-    for done in futures_util::future::join_all(tasks).await {
-        all.extend(done?);
-    }
-    Ok(all)
+    Ok(crate::figures::ask_each(client, tokens, questions).await?.0)
 }
 
 fn median(values: &[Duration]) -> Duration {

@@ -41,6 +41,17 @@ pub fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// "Deskbell p50 … p99 …; model alone p50 … p99 …".
+pub fn beside_model(deskbell: &Samples, model: &Samples) -> String {
+    format!(
+        "Deskbell p50 {} p99 {}; model alone p50 {} p99 {}",
+        ms(deskbell.p50()),
+        ms(deskbell.p99()),
+        ms(model.p50()),
+        ms(model.p99())
+    )
+}
+
 /// One printed figure: name, median, p99, what it should be.
 pub fn report(name: &str, value: &str, goal: &str) {
     println!("| {name} | {value} | {goal} |");
