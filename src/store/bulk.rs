@@ -109,7 +109,8 @@ async fn settle(tx: &mut Tx<'_>, row: Row<'_>, ends: &[&TurnEnd]) -> Result<(), 
     let text = format!(
         "WITH v (reserved, spent, message, owner) AS (VALUES {}), \
          d AS (SELECT COALESCE(SUM(v.reserved), 0) AS reserved, COALESCE(SUM(v.spent), 0) AS spent \
-               FROM v JOIN messages m ON m.id = v.message AND m.owner = v.owner AND m.status = $3) \
+               FROM v JOIN messages m ON m.id = v.message AND m.owner = v.owner AND m.status = $3 \
+               HAVING COUNT(*) > 0) \
          UPDATE budgets SET reserved = budgets.reserved - d.reserved, spent = budgets.spent + d.spent \
          FROM d WHERE budgets.site = $1 AND budgets.day = $2",
         placeholders(ends.len(), 4, 3)
@@ -224,41 +225,44 @@ async fn insert_conversations(tx: &mut Tx<'_>, starts: &[&TurnStart]) -> Result<
 }
 
 /// A new question in a conversation closes its pending card: expired if its time
-/// ran out, else cancelled as superseded — for every continued conversation of
-/// the batch in one statement, then an audit row and a closed card message for
-/// each card closed (there are seldom any).
+/// ran out by that question's `now`, else cancelled as superseded — for every
+/// continued conversation of the batch in one statement, then an audit row and a
+/// closed card message for each card closed (there are seldom any). Of two starts
+/// in one conversation, the first closes the card, as it would alone.
 async fn close_pending_cards(tx: &mut Tx<'_>, starts: &[&TurnStart]) -> Result<(), sqlx::Error> {
-    let continued: Vec<&&TurnStart> = starts.iter().filter(|s| !s.is_new).collect();
-    let Some(now) = continued.first().map(|s| s.now) else {
+    let mut seen = HashSet::new();
+    let continued: Vec<&&TurnStart> = starts
+        .iter()
+        .filter(|s| !s.is_new && seen.insert(s.conversation.as_str()))
+        .collect();
+    if continued.is_empty() {
         return Ok(());
-    };
-    let list = (0..continued.len())
-        .map(|i| format!("${}", i + 6))
-        .collect::<Vec<_>>()
-        .join(", ");
-    // Every start of a batch gets its own `now`, within moments of each other;
-    // the batch uses the earliest, so no card is expired before its time.
-    let now = continued.iter().map(|s| s.now).min().unwrap_or(now);
+    }
     let text = format!(
-        "UPDATE calls SET \
-         reason = CASE WHEN expires_at <= $1 THEN NULL ELSE $4 END, \
-         decided_at = CASE WHEN expires_at <= $1 THEN expires_at ELSE $1 END, \
-         status = CASE WHEN expires_at <= $1 THEN $2 ELSE $3 END \
-         WHERE status = $5 AND conversation IN ({list}) RETURNING {COLUMNS}"
+        "WITH v (v_conversation, v_now) AS (VALUES {}) \
+         UPDATE calls SET \
+         reason = CASE WHEN calls.expires_at <= v.v_now THEN calls.reason ELSE $3 END, \
+         decided_at = CASE WHEN calls.expires_at <= v.v_now THEN calls.expires_at ELSE v.v_now END, \
+         status = CASE WHEN calls.expires_at <= v.v_now THEN $1 ELSE $2 END \
+         FROM v WHERE calls.status = $4 AND calls.conversation = v.v_conversation RETURNING {COLUMNS}",
+        placeholders(continued.len(), 2, 4)
     );
     let mut query = sqlx::query(sql(text))
         .persistent(false)
-        .bind(now)
         .bind(CallStatus::Expired.as_str())
         .bind(CallStatus::Cancelled.as_str())
         .bind(Reason::Superseded.as_str())
         .bind(CallStatus::Pending.as_str());
     for s in &continued {
-        query = query.bind(&s.conversation);
+        query = query.bind(&s.conversation).bind(s.now);
     }
     let rows = query.fetch_all(&mut **tx).await?;
     let closed: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
     for c in &closed {
+        let now = continued
+            .iter()
+            .find(|s| s.conversation == c.conversation)
+            .map_or(0, |s| s.now);
         let (event, reason, at, counted) = match c.status {
             CallStatus::Expired => (
                 AuditEvent::Expired,

@@ -110,3 +110,29 @@ async fn a_new_message_closes_a_pending_card_as_superseded() {
     let h = t.history(&token, &conversation).await.json;
     assert_eq!(h["messages"][1]["steps"][0]["status"], "cancelled");
 }
+
+/// A new message in a conversation whose card ran out before anybody swept it
+/// closes the card as expired, at its expiry time, not as superseded.
+#[tokio::test]
+async fn a_new_message_after_a_card_ran_out_closes_it_as_expired() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    let (conversation, card) = t.raise_card(&token).await;
+    t.clock.advance_ms(TEN_MINUTES_MS + 5);
+    t.llm.push(Script::text("Anything else?"));
+    let r = t.question(&token, Some(&conversation), "Hello again").await;
+    assert_eq!(r.status, 200);
+    let call = card["call"].as_str().unwrap();
+    assert_eq!(t.audit_events(call).await, ["requested", "expired"]);
+    let rows = t
+        .app
+        .store
+        .calls_in_conversation(&conversation)
+        .await
+        .unwrap();
+    let expires = chrono::DateTime::parse_from_rfc3339(card["expires_at"].as_str().unwrap())
+        .unwrap()
+        .timestamp_millis();
+    assert_eq!(rows[0].decided_at, Some(expires), "decided at its expiry");
+    assert_eq!(rows[0].reason, None);
+}
