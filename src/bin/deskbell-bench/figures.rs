@@ -290,9 +290,7 @@ async fn metrics_on_and_off(sizes: &Sizes) -> anyhow::Result<()> {
         let s = match on {
             false => server::start(&llm, &hook).await?,
             true => {
-                let port = std::net::TcpListener::bind("127.0.0.1:0")?
-                    .local_addr()?
-                    .port();
+                let port = server::free_port()?;
                 let addr = format!("127.0.0.1:{port}");
                 let s = server::start_with_metrics(&llm, &hook, &addr).await?;
                 let url = format!("http://{addr}/metrics");

@@ -11,7 +11,7 @@ use std::time::Duration;
 use deskbell::testkit::{FakeLlm, Webhook};
 
 use crate::client::Client;
-use crate::figures::{Sizes, model_ttft};
+use crate::figures::{Sizes, ask_each, model_ttft};
 use crate::server;
 use crate::stats::{Samples, ms, report};
 
@@ -33,12 +33,12 @@ pub async fn figures(sizes: &Sizes, quick: bool) -> anyhow::Result<()> {
         tokens.push(client.visitor("bench").await?);
     }
     // A warm-up round for connections and caches, measured by nobody.
-    asks(&client, &tokens, &questions[..2.min(questions.len())]).await?;
+    ask_each(&client, &tokens, &questions[..2.min(questions.len())]).await?;
     let rounds = if quick { 2 } else { 7 };
     let (mut p50s, mut p99s) = (Vec::new(), Vec::new());
     let (mut deskbell_all, mut model_all) = (Samples::default(), Samples::default());
     for _ in 0..rounds {
-        let deskbell = asks(&client, &tokens, &questions).await?;
+        let (deskbell, _) = ask_each(&client, &tokens, &questions).await?;
         let model = model_ttft(&llm, sizes.concurrency, sizes.asks_per_client).await?;
         p50s.push(deskbell.p50().saturating_sub(model.p50()));
         p99s.push(deskbell.p99().saturating_sub(model.p99()));
@@ -66,10 +66,6 @@ pub async fn figures(sizes: &Sizes, quick: bool) -> anyhow::Result<()> {
         "p50 ≤ 0.5 ms, p99 ≤ 2 ms",
     );
     Ok(())
-}
-
-async fn asks(client: &Client, tokens: &[String], questions: &[String]) -> anyhow::Result<Samples> {
-    Ok(crate::figures::ask_each(client, tokens, questions).await?.0)
 }
 
 fn median(values: &[Duration]) -> Duration {

@@ -195,7 +195,7 @@ pub async fn figures() -> anyhow::Result<()> {
         return Ok(());
     };
     let dir = tempfile::tempdir()?;
-    let port = free_port()?;
+    let port = crate::server::free_port()?;
     let base = format!("http://127.0.0.1:{port}");
     let mut command = Command::new(crate::server::deskbell_binary()?);
     command
@@ -205,7 +205,7 @@ pub async fn figures() -> anyhow::Result<()> {
         .env("DESKBELL_BIND", format!("127.0.0.1:{port}"))
         .env(
             "DESKBELL_METRICS_BIND",
-            format!("127.0.0.1:{}", free_port()?),
+            format!("127.0.0.1:{}", crate::server::free_port()?),
         )
         .env("DESKBELL_LOG", "error")
         .env_remove("DESKBELL_LLM_BASE_URL")
@@ -343,10 +343,4 @@ async fn wait_ready(base: &str) -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::process::Command;
 
 use crate::figures::{fakes, ttft_at, turns_per_second};
-use crate::server::{Server, fresh_postgres, start_replica};
+use crate::server::{Server, free_port, fresh_postgres, start_replica};
 use crate::stats::{ms, report};
 
 pub async fn figures(sizes: &crate::figures::Sizes) -> anyhow::Result<()> {
@@ -58,9 +58,7 @@ pub async fn figures(sizes: &crate::figures::Sizes) -> anyhow::Result<()> {
 async fn haproxy(
     replicas: &[Server],
 ) -> anyhow::Result<(String, tokio::process::Child, tempfile::TempDir)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = free_port()?;
     let addresses: Vec<String> = replicas
         .iter()
         .map(|r| r.base.trim_start_matches("http://").to_string())

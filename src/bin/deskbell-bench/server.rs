@@ -89,6 +89,13 @@ daily_token_budget = 1000000000000
     )
 }
 
+/// A loopback port nothing listens on at the moment of asking.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 pub fn deskbell_binary() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let path = exe.with_file_name("deskbell");
@@ -177,9 +184,7 @@ async fn start_on(
     env: &[(&str, &str)],
     database_url: &str,
 ) -> anyhow::Result<Server> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = free_port()?;
     let path = dir.join("bench.toml");
     std::fs::write(&path, config(llm, hook, port, dir, knowledge, database_url))?;
     let started = Instant::now();
