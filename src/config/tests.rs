@@ -198,6 +198,8 @@ fn the_replica_keys_refuse_nonsense_by_name() {
         found.iter().any(|p| p.contains("group_commit")),
         "{found:?}"
     );
+    let found = problems("[llm]\nhttp2 = \"yes\"\n");
+    assert!(found.iter().any(|p| p.contains("http2")), "{found:?}");
     let fine = problems("[server]\nredis_url = \"redis://127.0.0.1:6379\"\ngroup_commit = false\n");
     assert!(
         !fine

@@ -320,21 +320,11 @@ async fn the_model_sees_the_last_twenty_messages_in_order() {
 
 #[tokio::test]
 async fn a_failing_write_in_a_group_commit_fails_alone() {
-    use deskbell::states::{MessageStatus, Role};
-    use deskbell::store::{MessageRow, TurnStart};
+    use deskbell::states::Role;
+    use deskbell::store::TurnStart;
     let t = TestApp::start().await;
-    let row = |conversation: &str, id: String, role: Role| MessageRow {
-        id,
-        conversation: conversation.to_string(),
-        turn: deskbell::ids::new_id("t"),
-        role,
-        text: "hello".into(),
-        status: MessageStatus::Sent,
-        citations: None,
-        created_at: 1,
-        owner: None,
-        budget_day: None,
-        reserved: 0,
+    let row = |conversation: &str, id: String, role: Role| {
+        crate::support::message_row(&id, conversation, role)
     };
     let start = |conversation: &str| TurnStart {
         conversation: conversation.to_string(),

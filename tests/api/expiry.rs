@@ -136,3 +136,56 @@ async fn a_new_message_after_a_card_ran_out_closes_it_as_expired() {
     assert_eq!(rows[0].decided_at, Some(expires), "decided at its expiry");
     assert_eq!(rows[0].reason, None);
 }
+
+/// Two questions saved in one batch of the group commit, in two conversations
+/// whose cards run out between the two questions' times: each card is judged at
+/// its own question's time, as it would be alone — the earlier question's card
+/// is superseded, the later one's expired.
+#[tokio::test]
+async fn cards_closed_in_one_batch_are_each_judged_at_their_own_questions_time() {
+    use deskbell::states::Role;
+    use deskbell::store::{Reservation, TurnStart};
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    let (first, first_card) = t.raise_card(&token).await;
+    let (second, second_card) = t.raise_card(&token).await;
+    let expires = chrono::DateTime::parse_from_rfc3339(first_card["expires_at"].as_str().unwrap())
+        .unwrap()
+        .timestamp_millis();
+    let start = |conversation: &str, now| TurnStart {
+        conversation: conversation.to_string(),
+        is_new: false,
+        site: "acme".into(),
+        visitor: "v_x".into(),
+        now,
+        visitor_message: crate::support::message_row(
+            &deskbell::ids::new_id("m"),
+            conversation,
+            Role::Visitor,
+        ),
+        bubble: crate::support::message_row(
+            &deskbell::ids::new_id("m"),
+            conversation,
+            Role::Assistant,
+        ),
+        budget: None,
+    };
+    // A current-thread test runtime: both reach the writer before it runs, so
+    // they are one batch.
+    let (a, b) = tokio::join!(
+        t.app.store.begin_turn(start(&first, expires - 1)),
+        t.app.store.begin_turn(start(&second, expires + 1))
+    );
+    assert_eq!(
+        (a.unwrap(), b.unwrap()),
+        (Reservation::Reserved, Reservation::Reserved)
+    );
+    assert_eq!(
+        t.audit_events(first_card["call"].as_str().unwrap()).await,
+        ["requested", "cancelled:superseded"]
+    );
+    assert_eq!(
+        t.audit_events(second_card["call"].as_str().unwrap()).await,
+        ["requested", "expired"]
+    );
+}

@@ -119,22 +119,10 @@ async fn answers_racing_new_questions_in_one_conversation_never_deadlock() {
 /// already taken) fails alone, and every other start of its batch is saved.
 #[tokio::test]
 async fn a_failing_start_in_a_group_commit_fails_alone() {
-    use deskbell::states::{MessageStatus, Role};
-    use deskbell::store::{MessageRow, TurnStart};
+    use deskbell::states::Role;
+    use deskbell::store::TurnStart;
     let t = crate::support::TestApp::start().await;
-    let message = |id: &str, conversation: &str, role: Role| MessageRow {
-        id: id.into(),
-        conversation: conversation.into(),
-        turn: "t_1".into(),
-        role,
-        text: "hi".into(),
-        status: MessageStatus::Sent,
-        citations: None,
-        created_at: 1,
-        owner: None,
-        budget_day: None,
-        reserved: 0,
-    };
+    let message = crate::support::message_row;
     let start = |n: usize, taken: bool| {
         let conversation = format!("c_{n:032x}");
         let visitor_id = if taken {

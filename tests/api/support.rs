@@ -125,6 +125,27 @@ pub fn user_hash(user: &str) -> String {
     ))
 }
 
+/// A sent message row for writing turns through the store directly.
+pub fn message_row(
+    id: &str,
+    conversation: &str,
+    role: deskbell::states::Role,
+) -> deskbell::store::MessageRow {
+    deskbell::store::MessageRow {
+        id: id.into(),
+        conversation: conversation.into(),
+        turn: deskbell::ids::new_id("t"),
+        role,
+        text: "hello".into(),
+        status: deskbell::states::MessageStatus::Sent,
+        citations: None,
+        created_at: 1,
+        owner: None,
+        budget_day: None,
+        reserved: 0,
+    }
+}
+
 pub fn env() -> Env {
     Env::empty()
         .with("BETTER_AUTH_SECRET", SECRET)
