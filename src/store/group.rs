@@ -107,6 +107,8 @@ type EndOutcome = Result<(), String>;
 async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
     match together(writer, &batch).await {
         Ok(reservations) => {
+            // Committed, and nobody told yet (the crash tests stop here).
+            crate::crashpoint::reached("group_committed");
             let mut reservations = reservations.into_iter();
             for job in batch {
                 match job {
@@ -148,6 +150,8 @@ async fn together(writer: &sqlx::AnyPool, batch: &[Job]) -> Result<Vec<Reservati
         .collect();
     let mut tx = writer.begin().await?;
     let reservations = super::bulk::write(&mut tx, &ends, &starts).await?;
+    // Written and not committed (the crash tests stop here).
+    crate::crashpoint::reached("group_written");
     tx.commit().await?;
     Ok(reservations)
 }

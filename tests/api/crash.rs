@@ -276,3 +276,75 @@ async fn a_confirmed_mcp_call_cut_by_a_crash_is_failed_and_not_sent_again() {
     assert_eq!(s.reserved().await, 0);
     server.kill();
 }
+
+/// A process killed in the middle of a group commit. Before the commit nothing of
+/// the batch is saved; after it, the saved start is recovered on restart (the
+/// answer failed, its reservation given back). Either way the visitor was never
+/// told the turn had started, and the next question is answered.
+async fn a_batch_cut_by_a_crash(point: &str) {
+    use sqlx::Row;
+    let s = setup(on_postgres()).await;
+    let server = Server::start(&s.config, Some(point)).await;
+    let token = server.visitor().await;
+    server.ask_in_background(&token, json!({"message": "Hello?"}));
+    server.crashed().await;
+
+    let server = Server::start(&s.config, None).await;
+    let db = s.db().await;
+    let count = |table: &'static str| {
+        let db = db.clone();
+        async move {
+            let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT CAST(COUNT(*) AS BIGINT) AS n FROM {table}"
+            )))
+            .fetch_one(&db)
+            .await
+            .unwrap();
+            row.get::<i64, _>("n")
+        }
+    };
+    match point {
+        "group_written" => {
+            assert_eq!(
+                count("conversations").await,
+                0,
+                "nothing of the batch is saved"
+            );
+            assert_eq!(count("messages").await, 0);
+        }
+        _ => {
+            assert_eq!(
+                count("conversations").await,
+                1,
+                "the committed start is kept"
+            );
+            let conversation: String = sqlx::query("SELECT id FROM conversations")
+                .fetch_one(&db)
+                .await
+                .unwrap()
+                .get("id");
+            let history = server.settled_history(&token, &conversation, 2).await;
+            assert_eq!(history["messages"][0]["text"], "Hello?");
+            assert_eq!(history["messages"][1]["status"], "failed", "{history}");
+        }
+    }
+    assert_eq!(s.reserved().await, 0, "every reservation is given back");
+    s.llm.push(Script::text("Hello again."));
+    // A visitor of its own: polling the history above spent the first one's
+    // per-minute allowance while PostgreSQL waited for the lease to lapse.
+    let other = server.visitor().await;
+    let reply = server.ask(&other, json!({"message": "Still there?"})).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.json);
+    assert_eq!(reply.text(), "Hello again.");
+    server.kill();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_commit_cut_before_its_commit_saves_nothing_of_its_batch() {
+    a_batch_cut_by_a_crash("group_written").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_commit_cut_after_its_commit_is_recovered_on_restart() {
+    a_batch_cut_by_a_crash("group_committed").await;
+}
