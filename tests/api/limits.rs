@@ -363,3 +363,66 @@ async fn an_answer_to_a_card_takes_a_stream_slot_too() {
     assert_eq!((answer.status, answer.code()), (429, "too_many_streams"));
     assert!(t.hook.calls().is_empty());
 }
+
+/// Two processes' group commits reserving one budget row at once: a batch takes
+/// its row's shares in one statement when they all fit, one by one when they do
+/// not, and either way exactly the starts that would have passed one after
+/// another pass — here 4 of 10 shares of 30 under a budget of 100 (the fifth
+/// sees 120 reserved), and all 10 under a budget of 1,000.
+#[tokio::test(flavor = "multi_thread")]
+async fn budget_reservations_batched_by_two_processes_pass_exactly_as_one_by_one() {
+    use deskbell::states::Role;
+    use deskbell::store::{BudgetShare, Reservation, TurnStart};
+    let a = TestApp::start().await;
+    let b = a.replica(|_| {}).await;
+    for (day, limit, passing) in [("2026-01-01", 100, 4), ("2026-01-02", 1_000, 10)] {
+        let start = |n: usize| {
+            let conversation = deskbell::ids::new_id("c");
+            TurnStart {
+                is_new: true,
+                site: "acme".into(),
+                visitor: format!("v_{n}"),
+                now: 1,
+                visitor_message: crate::support::message_row(
+                    &deskbell::ids::new_id("m"),
+                    &conversation,
+                    Role::Visitor,
+                ),
+                bubble: crate::support::message_row(
+                    &deskbell::ids::new_id("m"),
+                    &conversation,
+                    Role::Assistant,
+                ),
+                conversation,
+                budget: Some(BudgetShare {
+                    site: "acme".into(),
+                    day: day.into(),
+                    reserved: 30,
+                    limit,
+                }),
+            }
+        };
+        let starts = (0..10).map(|n| {
+            let store = if n % 2 == 0 {
+                &a.app.store
+            } else {
+                &b.app.store
+            };
+            store.begin_turn(start(n))
+        });
+        let results = futures_util::future::join_all(starts).await;
+        let reserved = results
+            .iter()
+            .filter(|r| matches!(r, Ok(Reservation::Reserved)))
+            .count();
+        assert_eq!(reserved, passing, "{day}: {results:?}");
+        let (saved,): (i64,) = sqlx::query_as(
+            "SELECT CAST(reserved AS BIGINT) FROM budgets WHERE site = 'acme' AND day = $1",
+        )
+        .bind(day)
+        .fetch_one(&a.db().await)
+        .await
+        .unwrap();
+        assert_eq!(saved, 30 * passing as i64, "{day}");
+    }
+}
