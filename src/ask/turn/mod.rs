@@ -208,8 +208,8 @@ impl Turn {
         let share = self.admission.as_ref().map(|a| a.share().clone());
         let app = self.app.clone();
         let budget = async move {
-            match &share {
-                Some(share) => crate::guard::budget_open(&app, share).await,
+            match share {
+                Some(share) => crate::guard::budget_open(&app, &share).await,
                 None => Ok(()),
             }
         };
