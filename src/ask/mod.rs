@@ -43,7 +43,9 @@ async fn ask(
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
-    let caller = guard::admit(&app, &headers, peer, guard::Door::Ask).await?;
+    // The guards' futures are boxed: they are large and live only until the
+    // stream starts, and the handler's own future is held while it waits.
+    let caller = Box::pin(guard::admit(&app, &headers, peer, guard::Door::Ask)).await?;
     let body: AskBody =
         serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     let request = AskRequest::from_body(body).map_err(ApiError::InvalidRequest)?;
@@ -62,11 +64,11 @@ async fn ask(
             let conversation = match conversation {
                 None => None,
                 Some(id) => match ConversationId::parse(&id) {
-                    Some(id) if guard::owns(&app, &caller, &id).await? => Some(id),
+                    Some(id) if Box::pin(guard::owns(&app, &caller, &id)).await? => Some(id),
                     _ => return Err(ApiError::ConversationNotFound),
                 },
             };
-            let admission = guard::admit_question(&app, &caller).await?;
+            let admission = Box::pin(guard::admit_question(&app, &caller)).await?;
             let span = tracing::info_span!(
                 "turn",
                 site = %caller.site.config.id,
@@ -82,9 +84,15 @@ async fn ask(
             decision,
             signature,
         } => {
-            let verified =
-                confirm::verify_answer(&app, &caller, &conversation, &call, &signature).await?;
-            let admission = guard::admit_turn(&app, &caller).await?;
+            let verified = Box::pin(confirm::verify_answer(
+                &app,
+                &caller,
+                &conversation,
+                &call,
+                &signature,
+            ))
+            .await?;
+            let admission = Box::pin(guard::admit_turn(&app, &caller)).await?;
             let span = tracing::info_span!(
                 "turn",
                 site = %caller.site.config.id,

@@ -4,6 +4,12 @@
 //! continuation after a card is answered (or after a crash), `finish.rs` saving
 //! the answer and ending the stream. The confirmation flow itself — raising,
 //! verifying, deciding, running, recovering — is `confirm/`, which this calls.
+//!
+//! A turn's future is held for every open stream, and an async function's future
+//! is as large as its largest state. So what a turn awaits only before or after
+//! its answer streams (the reads and writes around it, tool calls, failures) is
+//! boxed (`Box::pin`): the future is then about the size of its streaming state,
+//! some 6 KB rather than 35 KB.
 
 mod answer;
 mod calls;
@@ -137,17 +143,17 @@ impl Turn {
         // would include the tool's run.
         self.streamed = false;
         if let Err(e) = self.run_question(conversation, message).await {
-            self.abort(e).await;
+            Box::pin(self.abort(e)).await;
         }
-        self.settle().await;
+        Box::pin(self.settle()).await;
     }
 
     /// The answer to a card whose checks passed.
     pub async fn answer(mut self, verified: Verified, decision: Decision) {
-        if let Err(e) = self.run_answer(verified, decision).await {
-            self.abort(e).await;
+        if let Err(e) = Box::pin(self.run_answer(verified, decision)).await {
+            Box::pin(self.abort(e)).await;
         }
-        self.settle().await;
+        Box::pin(self.settle()).await;
     }
 
     /// The budget share is now reserved in the database and must be settled.
@@ -199,7 +205,7 @@ impl Turn {
         tracing::info!(conversation = %self.conversation, turn = %self.turn, "question");
         let history = match is_new {
             true => Vec::new(),
-            false => prompt::history(&store, &self.conversation).await?,
+            false => Box::pin(prompt::history(&store, &self.conversation)).await?,
         };
         // The tools are read again for each model round: an operator's change
         // applies from the next round on every replica (SPEC §15).
@@ -213,8 +219,10 @@ impl Turn {
                 None => Ok(()),
             }
         };
-        let (passages, tools, budget) =
-            tokio::join!(self.retrieve(&message), site.tools.fresh(&store), budget);
+        let (passages, tools, budget) = Box::pin(async {
+            tokio::join!(self.retrieve(&message), site.tools.fresh(&store), budget)
+        })
+        .await;
         if let Err(refused) = budget {
             self.start(Err(refused));
             return Ok(());
@@ -247,7 +255,8 @@ impl Turn {
         // The model is asked while the turn's first writes commit: neither waits
         // for the other, and the model's answer does not depend on them.
         let request = self.request(&messages, 0);
-        let (saved, first) = tokio::join!(store.begin_turn(start), self.model(request));
+        let (saved, first) =
+            Box::pin(async { tokio::join!(store.begin_turn(start), self.model(request)) }).await;
         match saved? {
             Reservation::Reserved => {}
             refusal => {
@@ -269,8 +278,8 @@ impl Turn {
                 tracing::warn!(error = %e, "the model could not be reached");
                 crate::ops::metrics::provider_error(e.kind());
                 self.ended(crate::wire::TurnStatus::Failed);
-                store
-                    .finish_turn(TurnEnd {
+                Box::pin(
+                    store.finish_turn(TurnEnd {
                         message: bubble.id.clone(),
                         text: String::new(),
                         status: MessageStatus::Failed,
@@ -283,8 +292,9 @@ impl Turn {
                             .and_then(Admission::reserved_share)
                             .cloned(),
                         owner: store.owner().to_string(),
-                    })
-                    .await?;
+                    }),
+                )
+                .await?;
                 self.open_bubble = None;
                 self.start(Err(ApiError::ProviderUnavailable));
                 return Ok(());
@@ -294,7 +304,7 @@ impl Turn {
         self.announce(&bubble.id).await;
         let mut bubble = bubble;
         let status = self.rounds(messages, &mut bubble, Some(Ok(first))).await;
-        self.close(bubble, status).await
+        Box::pin(self.close(bubble, status)).await
     }
 
     /// The site's passages for a question, numbered as the answer's possible

@@ -34,13 +34,13 @@ impl Turn {
                 return TurnStatus::Answered;
             }
             if first.is_none() {
-                self.refresh_tools().await;
+                Box::pin(self.refresh_tools()).await;
             }
             let request = self.request(&messages, round);
             let prompt_chars = request_chars(&request);
             let stream = match first.take() {
                 Some(stream) => stream,
-                None => self.model(request).await,
+                None => Box::pin(self.model(request)).await,
             };
             let outcome = match stream {
                 Ok(stream) => self.consume(stream, bubble, prompt_chars).await,
@@ -48,7 +48,7 @@ impl Turn {
             };
             let (text, calls) = match outcome {
                 Ok(result) => result,
-                Err(stop) => return self.stopped(stop).await,
+                Err(stop) => return Box::pin(self.stopped(stop)).await,
             };
             if calls.is_empty() || round + 1 == MAX_ROUNDS {
                 return TurnStatus::Answered;
@@ -60,7 +60,7 @@ impl Turn {
             // The calls are judged under the tools as they are now, so a tool an
             // operator switched to Needs confirmation while the model wrote does
             // not run on its own.
-            self.refresh_tools().await;
+            Box::pin(self.refresh_tools()).await;
             // What a crash while auto calls run leaves behind: the text so far, and
             // the transcript to resume from once the calls' outcomes are known. (A
             // card's call stores its own transcript.)
@@ -70,22 +70,19 @@ impl Turn {
                     .is_some_and(|t| t.policy == Policy::Auto)
             });
             if runs_auto
-                && let Err(e) = self
-                    .app
-                    .store
-                    .checkpoint(
-                        &bubble.id,
-                        &bubble.text,
-                        Some(&stored::encode_transcript(&messages)),
-                    )
-                    .await
+                && let Err(e) = Box::pin(self.app.store.checkpoint(
+                    &bubble.id,
+                    &bubble.text,
+                    Some(&stored::encode_transcript(&messages)),
+                ))
+                .await
             {
-                return self.stopped(Stop::Internal(e.into())).await;
+                return Box::pin(self.stopped(Stop::Internal(e.into()))).await;
             }
-            match self.handle_calls(&mut messages, bubble, calls).await {
+            match Box::pin(self.handle_calls(&mut messages, bubble, calls)).await {
                 Ok(true) => return TurnStatus::AwaitingConfirmation,
                 Ok(false) => {}
-                Err(e) => return self.stopped(Stop::Internal(e)).await,
+                Err(e) => return Box::pin(self.stopped(Stop::Internal(e))).await,
             }
         }
         TurnStatus::Answered
@@ -151,12 +148,7 @@ impl Turn {
             return;
         }
         self.checkpointed = now;
-        if let Err(e) = self
-            .app
-            .store
-            .checkpoint(&bubble.id, &bubble.text, None)
-            .await
-        {
+        if let Err(e) = Box::pin(self.app.store.checkpoint(&bubble.id, &bubble.text, None)).await {
             tracing::warn!(
                 error = format!("{e:#}"),
                 "an answer's text could not be saved"
