@@ -24,6 +24,14 @@ use tower::ServiceExt;
 
 use limits::{Activity, Connections, Limits, Tracked};
 
+/// The largest HTTP/1.1 request head (request line and headers) a connection
+/// takes; a larger one is answered `431` (bodies are read through it in pieces).
+/// It is also the ceiling of hyper's read buffer, which a connection keeps for its
+/// whole life: with hyper's default ceiling, the read that follows the version
+/// check (which reads a few bytes ahead) grew the buffer from 8 to 16 KiB, for
+/// every open stream.
+const MAX_REQUEST_HEAD: usize = 8 * 1024;
+
 /// Accepts connections until `shutdown` resolves, then lets open ones finish.
 /// Connections from `trusted_proxies` are not capped per address: each carries
 /// many clients.
@@ -37,6 +45,7 @@ pub async fn run(
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
+        .max_buf_size(MAX_REQUEST_HEAD)
         .timer(TokioTimer::new())
         .header_read_timeout(limits.first_request);
     // Pings find HTTP/2 peers that vanished without closing.

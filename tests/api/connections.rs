@@ -84,3 +84,30 @@ async fn connections_from_one_address_are_capped_with_a_clear_refusal() {
     let ok = t.http.get(format!("{}/healthz", t.base)).send().await;
     assert_eq!(ok.unwrap().status(), 200, "closing frees the places");
 }
+
+/// Sends one HTTP/1.1 request whose head carries `pad` bytes of one header, and
+/// returns what the server answered before closing.
+async fn answer_to_head_of(t: &TestApp, pad: usize) -> String {
+    let mut c = connect(t).await;
+    let request = format!(
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\nConnection: close\r\n\r\n",
+        "a".repeat(pad)
+    );
+    c.write_all(request.as_bytes()).await.unwrap();
+    let answer = closed_within(&mut c, Duration::from_secs(3))
+        .await
+        .expect("answered and closed");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn a_request_head_up_to_8_kib_is_served_and_a_larger_one_is_refused_with_431() {
+    let t = TestApp::start().await;
+    let served = answer_to_head_of(&t, 8_000).await;
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+    let refused = answer_to_head_of(&t, 8_200).await;
+    assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
+    // The refusal is that request's alone: the next one is served.
+    let after = answer_to_head_of(&t, 10).await;
+    assert!(after.starts_with("HTTP/1.1 200"), "{after}");
+}
