@@ -23,7 +23,20 @@ pub struct Sizes {
 }
 
 impl Sizes {
+    /// The sizes for a run; `BENCH_CONCURRENCY=N` sets the concurrent visitors of
+    /// the time-to-first-token figures (to see how the added time grows with load).
     fn new(quick: bool) -> Self {
+        let mut sizes = Self::preset(quick);
+        if let Some(n) = std::env::var("BENCH_CONCURRENCY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            sizes.concurrency = n;
+        }
+        sizes
+    }
+
+    fn preset(quick: bool) -> Self {
         if quick {
             Sizes {
                 concurrency: 20,
