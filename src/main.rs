@@ -1,6 +1,6 @@
 /// jemalloc rather than the system's allocator: with glibc's, a server holding
-/// 10,000 open streams kept 1.8 times the resident memory, most of it freed
-/// blocks it never gave back (DECISIONS.md, "The allocator").
+/// 10,000 open streams kept 1.8 times the resident memory (DECISIONS.md, "Memory
+/// per open stream").
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -14,9 +14,10 @@ pub struct MallocConf(*const u8);
 #[cfg(not(target_env = "msvc"))]
 unsafe impl Sync for MallocConf {}
 
-/// Freed pages go back to the system after a second, not jemalloc's default ten,
-/// so the resident size follows what the server holds. An operator can add or
-/// override options with `_RJEM_MALLOC_CONF`.
+/// Freed pages decay back to the system over a second, not jemalloc's default ten
+/// (checked as the allocator works: there is no background thread), so the
+/// resident size follows what the server holds. An operator can add or override
+/// options with `_RJEM_MALLOC_CONF`.
 #[cfg(not(target_env = "msvc"))]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static MALLOC_CONF: MallocConf =

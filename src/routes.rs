@@ -98,6 +98,7 @@ pub async fn serve(
         max_connections_per_ip: server.max_connections_per_ip.max(1),
         first_request: Duration::from_secs_f64(server.header_read_timeout_s),
         idle: Duration::from_secs_f64(server.idle_timeout_s),
+        max_request_head: server.max_request_head_kib.saturating_mul(1024),
     };
     let proxies = app.trusted_proxies.clone();
     crate::server::run(listener, router, limits, proxies, shutdown).await?;

@@ -89,6 +89,10 @@ pub struct ServerConfig {
     pub max_connections_per_ip: usize,
     /// Seconds a connection may sit with no request in flight before it is closed.
     pub idle_timeout_s: f64,
+    /// The largest HTTP/1.1 request head (request line and headers), in KiB; a
+    /// larger one is answered 431. Also the ceiling of each connection's read
+    /// buffer, so more than 8 costs memory for every open stream (DECISIONS.md).
+    pub max_request_head_kib: usize,
     /// Redis for the guards' counters shared by replicas (SPEC §16); without it
     /// they are per process.
     pub redis_url: Option<String>,
@@ -117,6 +121,7 @@ impl Default for ServerConfig {
             max_connections: 25_000,
             max_connections_per_ip: 256,
             idle_timeout_s: 60.0,
+            max_request_head_kib: 8,
             redis_url: None,
             group_commit: true,
             metrics_bind: None,

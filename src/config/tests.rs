@@ -149,6 +149,7 @@ stalled_reader_timeout_s = 0
 idle_timeout_s = -1
 max_connections = 0
 max_connections_per_ip = 0
+max_request_head_kib = 4
 
 [llm]
 turn_timeout_s = 0
@@ -165,6 +166,7 @@ identity = "jwt"
         "server.idle_timeout_s",
         "server.max_connections",
         "server.max_connections_per_ip",
+        "server.max_request_head_kib",
         "llm.turn_timeout_s",
         "site[0].identity",
     ] {

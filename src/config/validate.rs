@@ -71,6 +71,14 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
             add(&mut out, key.into(), "must be at least 1");
         }
     }
+    // hyper's read buffer cannot be smaller than 8 KiB.
+    if !(8..=1024).contains(&config.server.max_request_head_kib) {
+        add(
+            &mut out,
+            "server.max_request_head_kib".into(),
+            "must be between 8 and 1024",
+        );
+    }
     if let Some(url) = &config.server.redis_url
         && !(url.starts_with("redis://")
             || url.starts_with("rediss://")

@@ -25,6 +25,8 @@ pub struct Limits {
     pub first_request: Duration,
     /// Between requests, when none is in flight.
     pub idle: Duration,
+    /// The largest HTTP/1.1 request head, in bytes (`[server] max_request_head_kib`).
+    pub max_request_head: usize,
 }
 
 /// Open connections, in all and by client address.
@@ -244,6 +246,7 @@ mod tests {
             max_connections_per_ip: per_ip,
             first_request: Duration::from_secs(1),
             idle: Duration::from_secs(1),
+            max_request_head: 8 * 1024,
         }
     }
 

@@ -24,13 +24,8 @@ use tower::ServiceExt;
 
 use limits::{Activity, Connections, Limits, Tracked};
 
-/// The largest HTTP/1.1 request head (request line and headers) a connection
-/// takes; a larger one is answered `431` (bodies are read through it in pieces).
-/// It is also the ceiling of hyper's read buffer, which a connection keeps for its
-/// whole life: with hyper's default ceiling, the read that follows the version
-/// check (which reads a few bytes ahead) grew the buffer from 8 to 16 KiB, for
-/// every open stream.
-const MAX_REQUEST_HEAD: usize = 8 * 1024;
+/// hyper's smallest ceiling for a connection's read buffer (it asserts it).
+const MIN_REQUEST_HEAD: usize = 8 * 1024;
 
 /// Accepts connections until `shutdown` resolves, then lets open ones finish.
 /// Connections from `trusted_proxies` are not capped per address: each carries
@@ -45,7 +40,13 @@ pub async fn run(
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
-        .max_buf_size(MAX_REQUEST_HEAD)
+        // The largest request head a connection takes (a larger one is answered
+        // 431; bodies are read through the buffer in pieces) is also the ceiling
+        // of hyper's read and write buffers, which a connection keeps for its
+        // whole life. With hyper's default ceiling, the read that follows the
+        // version check (which reads a few bytes ahead) grew the read buffer from
+        // 8 to 16 KiB, for every open stream; at 8 KiB it stays 8.
+        .max_buf_size(limits.max_request_head.max(MIN_REQUEST_HEAD))
         .timer(TokioTimer::new())
         .header_read_timeout(limits.first_request);
     // Pings find HTTP/2 peers that vanished without closing.

@@ -111,3 +111,12 @@ async fn a_request_head_up_to_8_kib_is_served_and_a_larger_one_is_refused_with_4
     let after = answer_to_head_of(&t, 10).await;
     assert!(after.starts_with("HTTP/1.1 200"), "{after}");
 }
+
+#[tokio::test]
+async fn an_operator_can_allow_larger_request_heads() {
+    let t = TestApp::with(|c| c.server.max_request_head_kib = 16).await;
+    let served = answer_to_head_of(&t, 12_000).await;
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+    let refused = answer_to_head_of(&t, 16_500).await;
+    assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
+}

@@ -8,8 +8,8 @@
 //! A turn's future is held for every open stream, and an async function's future
 //! is as large as its largest state. So what a turn awaits only before or after
 //! its answer streams (the reads and writes around it, tool calls, failures) is
-//! boxed (`Box::pin`): the future is then about the size of its streaming state,
-//! some 6 KB rather than 35 KB.
+//! boxed (`Box::pin`): a question's future is then about the size of its
+//! streaming state, some 6 KB rather than 35 KB.
 
 mod answer;
 mod calls;

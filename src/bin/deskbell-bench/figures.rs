@@ -23,8 +23,10 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    /// The sizes for a run; `BENCH_CONCURRENCY=N` sets the concurrent visitors of
-    /// the time-to-first-token figures (to see how the added time grows with load).
+    /// The sizes for a run; `BENCH_CONCURRENCY=N` sets the concurrent visitors
+    /// (of the time-to-first-token figures, to see how the added time grows with
+    /// load; the figures that use this size, throughput and replicas among them,
+    /// change with it).
     fn new(quick: bool) -> Self {
         let mut sizes = Self::preset(quick);
         if let Some(n) = std::env::var("BENCH_CONCURRENCY")

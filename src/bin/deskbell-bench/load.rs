@@ -121,7 +121,10 @@ async fn held_streams(n: usize, http2: bool) -> anyhow::Result<()> {
     let s = started?;
     let client = Client::new(&s.base);
     let idle = s.rss_mib();
-    let seconds = if n > 1000 { 50 } else { 8 };
+    // Long enough that no stream ends before the last reading (the wait for the
+    // streams to open stops two seconds before this, and five seconds of readings
+    // follow).
+    let seconds = if n > 1000 { 60 } else { 10 };
     for _ in 0..n {
         let mut pieces = Vec::new();
         for _ in 0..seconds {
@@ -162,7 +165,7 @@ async fn held_streams(n: usize, http2: bool) -> anyhow::Result<()> {
     }
     let started = Instant::now();
     while opened.load(std::sync::atomic::Ordering::Relaxed) < n
-        && started.elapsed() < Duration::from_secs(seconds as u64 - 2)
+        && started.elapsed() < Duration::from_secs(seconds as u64 - 8)
     {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
