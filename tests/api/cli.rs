@@ -275,3 +275,21 @@ fn serve_ask_and_collect_logs(
     }
     (reply, logs)
 }
+
+/// The binary's allocator options (`src/main.rs`) reach jemalloc: its own report
+/// of where each option came from names them as the program's. A renamed symbol
+/// would leave jemalloc at its defaults without any error.
+#[test]
+#[cfg(not(target_env = "msvc"))]
+fn the_binary_gives_jemalloc_its_decay_options() {
+    let out = deskbell()
+        .arg("--version")
+        .env("_RJEM_MALLOC_CONF", "confirm_conf:true")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("global variable malloc_conf): \"dirty_decay_ms:1000,muzzy_decay_ms:0\""),
+        "{stderr}"
+    );
+}
