@@ -24,11 +24,9 @@ async fn a_late_answer_is_refused_and_the_card_reads_expired() {
         ["requested", "expired", "refused:late", "refused:late"]
     );
     let expired = &t.app.store.audit_for_call(call).await.unwrap()[1];
-    let expires_at =
-        chrono::DateTime::parse_from_rfc3339(card["expires_at"].as_str().unwrap()).unwrap();
     assert_eq!(
         expired.at,
-        expires_at.timestamp_millis(),
+        crate::support::card_expires_ms(&card),
         "the expiry time is the decision time"
     );
     let step = &t.history(&token, &conversation).await.json["messages"][1]["steps"][0];
@@ -73,10 +71,8 @@ async fn the_time_to_live_follows_the_setting() {
     let t = TestApp::with(|c| c.approval_ttl = Duration::from_secs(3)).await;
     let token = t.visitor().await;
     let (conversation, card) = t.raise_card(&token).await;
-    let expires =
-        chrono::DateTime::parse_from_rfc3339(card["expires_at"].as_str().unwrap()).unwrap();
     assert_eq!(
-        expires.timestamp_millis() - deskbell::clock::Clock::now_ms(&*t.clock),
+        crate::support::card_expires_ms(&card) - deskbell::clock::Clock::now_ms(&*t.clock),
         3000
     );
     t.clock.advance_ms(2999);
@@ -130,9 +126,7 @@ async fn a_new_message_after_a_card_ran_out_closes_it_as_expired() {
         .calls_in_conversation(&conversation)
         .await
         .unwrap();
-    let expires = chrono::DateTime::parse_from_rfc3339(card["expires_at"].as_str().unwrap())
-        .unwrap()
-        .timestamp_millis();
+    let expires = crate::support::card_expires_ms(&card);
     assert_eq!(rows[0].decided_at, Some(expires), "decided at its expiry");
     assert_eq!(rows[0].reason, None);
 }
@@ -149,9 +143,7 @@ async fn cards_closed_in_one_batch_are_each_judged_at_their_own_questions_time()
     let token = t.visitor().await;
     let (first, first_card) = t.raise_card(&token).await;
     let (second, second_card) = t.raise_card(&token).await;
-    let expires = chrono::DateTime::parse_from_rfc3339(first_card["expires_at"].as_str().unwrap())
-        .unwrap()
-        .timestamp_millis();
+    let expires = crate::support::card_expires_ms(&first_card);
     let start = |conversation: &str, now| TurnStart {
         conversation: conversation.to_string(),
         is_new: false,

@@ -118,6 +118,13 @@ origins = ["https://other.example"]
 
 /// What a site's backend gives a signed-in user: the HMAC of the id under the
 /// site's identity secret, in hex.
+/// A card's `expires_at` as Unix milliseconds.
+pub fn card_expires_ms(card: &serde_json::Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(card["expires_at"].as_str().unwrap())
+        .unwrap()
+        .timestamp_millis()
+}
+
 pub fn user_hash(user: &str) -> String {
     hex::encode(deskbell::secret::hmac_sha256(
         IDENTITY_SECRET.as_bytes(),
