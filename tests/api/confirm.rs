@@ -26,7 +26,7 @@ async fn a_confirm_call_stops_the_turn_with_a_card_and_runs_nothing() {
         json!([{"name": "Order ID", "value": "42"}])
     );
     assert_eq!(
-        crate::support::card_expires_ms(&card),
+        crate::support::card_expires_ms(card),
         deskbell::clock::Clock::now_ms(&*t.clock) + TEN_MINUTES_MS
     );
     assert!(card["signature"].as_str().unwrap().len() >= 40);
