@@ -91,12 +91,14 @@ async fn a_killed_replica_frees_its_stream_slot_and_its_answer_is_failed() {
     let c = Cluster::start(2, None, "[site.limits]\nconcurrent_streams = 1", &[]).await;
     let token = c.visitor().await;
     // One answer streams on replica 0 and holds the site's only slot.
+    // Killed only once the stream is acknowledged: before that its start may not
+    // be saved yet, and then there is no answer to fail (nor was one promised).
     c.setup.llm.push(slow(120_000));
-    c.replica(0)
-        .ask_in_background(&token, json!({"message": "Tell me everything"}));
-    while c.setup.llm.requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let acknowledged = c
+        .replica(0)
+        .ask_acknowledged(&token, json!({"message": "Tell me everything"}))
+        .await;
+    assert_eq!(acknowledged, 200);
     let full = c.replica(1).ask(&token, json!({"message": "Me too"})).await;
     assert_eq!(full.code(), "too_many_streams");
 

@@ -124,6 +124,26 @@ impl Server {
         (conversation, card)
     }
 
+    /// Sends an ask and waits until the server acknowledges it: the stream's head
+    /// comes only once the turn's start is saved, so what a crash cuts after this
+    /// is in the database. The stream is read on in the background. Returns the
+    /// status.
+    pub async fn ask_acknowledged(&self, token: &str, body: Value) -> u16 {
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/ask", self.base))
+            .header("origin", ORIGIN)
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        tokio::spawn(async move {
+            let _ = r.text().await;
+        });
+        status
+    }
+
     /// Sends an ask whose stream will be cut by the crash; nobody waits for it.
     pub fn ask_in_background(&self, token: &str, body: Value) {
         let request = reqwest::Client::new()
