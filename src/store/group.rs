@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::error::{StoreError, StoreResult};
 use super::turns::{TurnEnd, TurnStart, begin_in, end_in};
-use super::{Reservation, Store};
+use super::{Backend, Reservation, Store};
 
 /// Writes committed together at the most.
 const BATCH: usize = 128;
@@ -26,9 +26,9 @@ enum Job {
 pub(super) struct GroupCommit(mpsc::Sender<Job>);
 
 impl GroupCommit {
-    pub(super) fn start(writer: sqlx::AnyPool) -> Self {
+    pub(super) fn start(writer: sqlx::AnyPool, backend: Backend) -> Self {
         let (tx, rx) = mpsc::channel(4 * BATCH);
-        tokio::spawn(run(writer, rx));
+        tokio::spawn(run(writer, backend, rx));
         GroupCommit(tx)
     }
 }
@@ -82,7 +82,7 @@ impl Store {
 }
 
 /// Collects the waiting writes and commits them together, forever.
-async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
+async fn run(writer: sqlx::AnyPool, backend: Backend, mut jobs: mpsc::Receiver<Job>) {
     while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -91,7 +91,7 @@ async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        commit(&writer, batch).await;
+        commit(&writer, backend, batch).await;
     }
 }
 
@@ -104,8 +104,8 @@ type EndOutcome = Result<(), String>;
 /// nothing, so it needs no undoing. If any statement fails, the batch is rolled
 /// back and each job runs again in its own transaction, so one bad job fails
 /// alone.
-async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
-    match together(writer, &batch).await {
+async fn commit(writer: &sqlx::AnyPool, backend: Backend, batch: Vec<Job>) {
+    match together(writer, backend, &batch).await {
         Ok(reservations) => {
             // Committed, and nobody told yet (the crash tests stop here).
             crate::crashpoint::reached("group_committed");
@@ -133,7 +133,11 @@ async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
 }
 
 /// The batch in one transaction; the starts' reservations in their order.
-async fn together(writer: &sqlx::AnyPool, batch: &[Job]) -> Result<Vec<Reservation>, sqlx::Error> {
+async fn together(
+    writer: &sqlx::AnyPool,
+    backend: Backend,
+    batch: &[Job],
+) -> Result<Vec<Reservation>, sqlx::Error> {
     let ends: Vec<&TurnEnd> = batch
         .iter()
         .filter_map(|job| match job {
@@ -148,12 +152,36 @@ async fn together(writer: &sqlx::AnyPool, batch: &[Job]) -> Result<Vec<Reservati
             Job::End(..) => None,
         })
         .collect();
+    write_together(writer, backend, &ends, &starts).await
+}
+
+async fn write_together(
+    writer: &sqlx::AnyPool,
+    backend: Backend,
+    ends: &[&TurnEnd],
+    starts: &[&TurnStart],
+) -> Result<Vec<Reservation>, sqlx::Error> {
     let mut tx = writer.begin().await?;
-    let reservations = super::bulk::write(&mut tx, &ends, &starts).await?;
+    let reservations = super::bulk::write(&mut tx, backend, ends, starts).await?;
     // Written and not committed (the crash tests stop here).
     crate::crashpoint::reached("group_written");
     tx.commit().await?;
     Ok(reservations)
+}
+
+#[cfg(feature = "testkit")]
+impl Store {
+    /// Writes `ends` and `starts` as one batch, with no falling back to job by job
+    /// when a statement fails: the tests see the batch's own statements at work.
+    pub async fn write_batch(
+        &self,
+        ends: &[TurnEnd],
+        starts: &[TurnStart],
+    ) -> Result<Vec<Reservation>, sqlx::Error> {
+        let ends: Vec<&TurnEnd> = ends.iter().collect();
+        let starts: Vec<&TurnStart> = starts.iter().collect();
+        write_together(self.writer(), self.backend, &ends, &starts).await
+    }
 }
 
 /// One job in a transaction of its own, after its batch failed.

@@ -322,3 +322,112 @@ fn continuation_bubble(
         reserved: 0,
     }
 }
+
+/// Any text but NUL, which neither database's text type holds: quotes,
+/// backslashes, control characters, every plane of Unicode.
+fn any_text() -> impl Strategy<Value = String> {
+    proptest::collection::vec(any::<char>().prop_filter("no NUL", |c| *c != '\0'), 0..120)
+        .prop_map(String::from_iter)
+}
+
+/// The group commit binds a batch's rows as one JSON parameter: three turns
+/// started in one batch and ended in another keep their questions, answers,
+/// citations and usage byte for byte, and their budget row is reserved and
+/// settled by exactly their shares, for any text, on both databases.
+#[test]
+fn a_batchs_rows_come_back_exactly_for_any_text() {
+    use deskbell::budget::BudgetShare;
+    use deskbell::states::{MessageStatus, Role};
+    use deskbell::store::{Reservation, TurnEnd, TurnStart};
+    use deskbell::wire::Usage;
+    use sqlx::Row;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let t = runtime.block_on(TestApp::start());
+    let db = runtime.block_on(t.db());
+    let store = &t.app.store;
+    let owner = store.owner().to_string();
+    let share = BudgetShare {
+        site: "acme".into(),
+        day: "2026-12-01".into(),
+        reserved: 100,
+        limit: 1_000_000_000,
+    };
+    let budget = |db: sqlx::AnyPool| async move {
+        sqlx::query(
+            "SELECT reserved, spent FROM budgets WHERE site = 'acme' AND day = '2026-12-01'",
+        )
+        .fetch_optional(&db)
+        .await
+        .unwrap()
+        .map_or((0, 0), |r| {
+            (r.get::<i64, _>("reserved"), r.get::<i64, _>("spent"))
+        })
+    };
+    let texts = proptest::collection::vec((any_text(), any_text(), any_text()), 3);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(24));
+    runner
+        .run(&texts, |texts| {
+            runtime.block_on(async {
+                let mut starts = Vec::new();
+                let mut ends = Vec::new();
+                for (question, answer, citations) in &texts {
+                    let conversation = deskbell::ids::new_id("c");
+                    let new_message =
+                        |role| crate::support::message_row(&deskbell::ids::new_id("m"), &conversation, role);
+                    let mut asked = new_message(Role::Visitor);
+                    asked.text = question.clone();
+                    let mut bubble = new_message(Role::Assistant);
+                    bubble.text = String::new();
+                    bubble.status = MessageStatus::Streaming;
+                    bubble.owner = Some(owner.clone());
+                    bubble.budget_day = Some(share.day.clone());
+                    bubble.reserved = share.reserved;
+                    ends.push(TurnEnd {
+                        message: bubble.id.clone(),
+                        text: answer.clone(),
+                        status: MessageStatus::Answered,
+                        citations: Some(citations.clone()),
+                        usage: Usage { input_tokens: 7, output_tokens: 9 },
+                        unreported: 0,
+                        budget: Some(share.clone()),
+                        owner: owner.clone(),
+                    });
+                    starts.push(TurnStart {
+                        conversation,
+                        is_new: true,
+                        site: "acme".into(),
+                        visitor: "v_x".into(),
+                        now: 1,
+                        visitor_message: asked,
+                        bubble,
+                        budget: Some(share.clone()),
+                    });
+                }
+                let (reserved, spent) = budget(db.clone()).await;
+                let begun = store.write_batch(&[], &starts).await.unwrap();
+                assert_eq!(begun, [Reservation::Reserved; 3]);
+                assert_eq!(budget(db.clone()).await, (reserved + 300, spent));
+                store.write_batch(&ends, &[]).await.unwrap();
+                assert_eq!(budget(db.clone()).await, (reserved, spent + 48));
+                for ((question, answer, citations), start) in texts.iter().zip(&starts) {
+                    let read = |id: &str| {
+                        sqlx::query("SELECT text, status, citations, input_tokens, output_tokens FROM messages WHERE id = $1")
+                            .bind(id.to_string())
+                            .fetch_one(&db)
+                    };
+                    let row = read(&start.visitor_message.id).await.unwrap();
+                    assert_eq!(&row.get::<String, _>("text"), question);
+                    let row = read(&start.bubble.id).await.unwrap();
+                    assert_eq!(&row.get::<String, _>("text"), answer);
+                    assert_eq!(row.get::<String, _>("status"), "answered");
+                    assert_eq!(row.get::<Option<String>, _>("citations").as_ref(), Some(citations));
+                    assert_eq!(
+                        (row.get::<i64, _>("input_tokens"), row.get::<i64, _>("output_tokens")),
+                        (7, 9)
+                    );
+                }
+            });
+            Ok(())
+        })
+        .unwrap();
+}
