@@ -5,9 +5,12 @@
 //! answers each caller only once the commit is on disk. On PostgreSQL it does the same (unless
 //! `[server] group_commit = false`): there every start and end updates its
 //! site's budget row, and separate transactions would queue on that row's lock,
-//! one commit after another.
+//! one commit after another. There two committers take turns, so one batch is
+//! collected and written while the other commits (see `committers`).
 
-use tokio::sync::{mpsc, oneshot};
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::error::{StoreError, StoreResult};
 use super::turns::{TurnEnd, TurnStart, begin_in, end_in};
@@ -28,7 +31,10 @@ pub(super) struct GroupCommit(mpsc::Sender<Job>);
 impl GroupCommit {
     pub(super) fn start(writer: sqlx::AnyPool, backend: Backend) -> Self {
         let (tx, rx) = mpsc::channel(4 * BATCH);
-        tokio::spawn(run(writer, backend, rx));
+        let jobs = Arc::new(Mutex::new(rx));
+        for _ in 0..committers(backend) {
+            tokio::spawn(run(writer.clone(), backend, Arc::clone(&jobs)));
+        }
         GroupCommit(tx)
     }
 }
@@ -81,16 +87,35 @@ impl Store {
     }
 }
 
-/// Collects the waiting writes and commits them together, forever.
-async fn run(writer: sqlx::AnyPool, backend: Backend, mut jobs: mpsc::Receiver<Job>) {
-    while let Some(first) = jobs.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+/// How many batches are written at once. SQLite has one writer, so one. On
+/// PostgreSQL a batch spends most of its time waiting on round trips, so a
+/// second committer collects and writes the next batch meanwhile; where both
+/// touch one budget row, the second waits for the first's commit on that row.
+fn committers(backend: Backend) -> usize {
+    match backend {
+        Backend::Sqlite => 1,
+        Backend::Postgres => 2,
+    }
+}
+
+/// Collects the waiting writes and commits them together, forever. Committers
+/// take turns collecting: each takes every job waiting when its turn comes.
+async fn run(writer: sqlx::AnyPool, backend: Backend, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
+    loop {
+        let batch = {
+            let mut jobs = jobs.lock().await;
+            let Some(first) = jobs.recv().await else {
+                return;
+            };
+            let mut batch = vec![first];
+            while batch.len() < BATCH {
+                match jobs.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
             }
-        }
+            batch
+        };
         commit(&writer, backend, batch).await;
     }
 }
