@@ -129,14 +129,7 @@ impl Server {
     /// is in the database. The stream is read on in the background. Returns the
     /// status.
     pub async fn ask_acknowledged(&self, token: &str, body: Value) -> u16 {
-        let r = reqwest::Client::new()
-            .post(format!("{}/v1/ask", self.base))
-            .header("origin", ORIGIN)
-            .bearer_auth(token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = ask_request(&self.base, token, &body).send().await.unwrap();
         let status = r.status().as_u16();
         tokio::spawn(async move {
             let _ = r.text().await;
@@ -146,11 +139,7 @@ impl Server {
 
     /// Sends an ask whose stream will be cut by the crash; nobody waits for it.
     pub fn ask_in_background(&self, token: &str, body: Value) {
-        let request = reqwest::Client::new()
-            .post(format!("{}/v1/ask", self.base))
-            .header("origin", ORIGIN)
-            .bearer_auth(token)
-            .json(&body);
+        let request = ask_request(&self.base, token, &body);
         tokio::spawn(async move {
             if let Ok(r) = request.send().await {
                 let _ = r.text().await;
@@ -198,15 +187,17 @@ pub async fn visitor_at(base: &str) -> String {
 
 /// An ask at `base`, on a connection of its own.
 pub async fn ask_at(base: &str, token: &str, body: Value) -> support::Reply {
-    let r = reqwest::Client::new()
+    let r = ask_request(base, token, &body).send().await.unwrap();
+    read(r).await
+}
+
+/// An ask at `base` from a client of its own, ready to send.
+fn ask_request(base: &str, token: &str, body: &Value) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
         .post(format!("{base}/v1/ask"))
         .header("origin", ORIGIN)
         .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    read(r).await
+        .json(body)
 }
 
 /// The database of the suite's run (`DESKBELL_TEST_BACKEND`).
