@@ -5,16 +5,13 @@
 //! answers each caller only once the commit is on disk. On PostgreSQL it does the same (unless
 //! `[server] group_commit = false`): there every start and end updates its
 //! site's budget row, and separate transactions would queue on that row's lock,
-//! one commit after another. There two committers take turns, so one batch is
-//! collected and written while the other commits (see `committers`).
+//! one commit after another.
 
-use std::sync::Arc;
-
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use super::error::{StoreError, StoreResult};
 use super::turns::{TurnEnd, TurnStart, begin_in, end_in};
-use super::{Backend, Reservation, Store};
+use super::{Reservation, Store};
 
 /// Writes committed together at the most.
 const BATCH: usize = 128;
@@ -29,12 +26,9 @@ enum Job {
 pub(super) struct GroupCommit(mpsc::Sender<Job>);
 
 impl GroupCommit {
-    pub(super) fn start(writer: sqlx::AnyPool, backend: Backend) -> Self {
+    pub(super) fn start(writer: sqlx::AnyPool) -> Self {
         let (tx, rx) = mpsc::channel(4 * BATCH);
-        let jobs = Arc::new(Mutex::new(rx));
-        for _ in 0..committers(backend) {
-            tokio::spawn(run(writer.clone(), backend, Arc::clone(&jobs)));
-        }
+        tokio::spawn(run(writer, rx));
         GroupCommit(tx)
     }
 }
@@ -87,36 +81,17 @@ impl Store {
     }
 }
 
-/// How many batches are written at once. SQLite has one writer, so one. On
-/// PostgreSQL a batch spends most of its time waiting on round trips, so a
-/// second committer collects and writes the next batch meanwhile; where both
-/// touch one budget row, the second waits for the first's commit on that row.
-fn committers(backend: Backend) -> usize {
-    match backend {
-        Backend::Sqlite => 1,
-        Backend::Postgres => 2,
-    }
-}
-
-/// Collects the waiting writes and commits them together, forever. Committers
-/// take turns collecting: each takes every job waiting when its turn comes.
-async fn run(writer: sqlx::AnyPool, backend: Backend, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
-    loop {
-        let batch = {
-            let mut jobs = jobs.lock().await;
-            let Some(first) = jobs.recv().await else {
-                return;
-            };
-            let mut batch = vec![first];
-            while batch.len() < BATCH {
-                match jobs.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
-                }
+/// Collects the waiting writes and commits them together, forever.
+async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
+    while let Some(first) = jobs.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
             }
-            batch
-        };
-        commit(&writer, backend, batch).await;
+        }
+        commit(&writer, batch).await;
     }
 }
 
@@ -129,8 +104,8 @@ type EndOutcome = Result<(), String>;
 /// nothing, so it needs no undoing. If any statement fails, the batch is rolled
 /// back and each job runs again in its own transaction, so one bad job fails
 /// alone.
-async fn commit(writer: &sqlx::AnyPool, backend: Backend, batch: Vec<Job>) {
-    match together(writer, backend, &batch).await {
+async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
+    match together(writer, &batch).await {
         Ok(reservations) => {
             // Committed, and nobody told yet (the crash tests stop here).
             crate::crashpoint::reached("group_committed");
@@ -158,11 +133,7 @@ async fn commit(writer: &sqlx::AnyPool, backend: Backend, batch: Vec<Job>) {
 }
 
 /// The batch in one transaction; the starts' reservations in their order.
-async fn together(
-    writer: &sqlx::AnyPool,
-    backend: Backend,
-    batch: &[Job],
-) -> Result<Vec<Reservation>, sqlx::Error> {
+async fn together(writer: &sqlx::AnyPool, batch: &[Job]) -> Result<Vec<Reservation>, sqlx::Error> {
     let ends: Vec<&TurnEnd> = batch
         .iter()
         .filter_map(|job| match job {
@@ -177,17 +148,16 @@ async fn together(
             Job::End(..) => None,
         })
         .collect();
-    write_together(writer, backend, &ends, &starts).await
+    write_together(writer, &ends, &starts).await
 }
 
 async fn write_together(
     writer: &sqlx::AnyPool,
-    backend: Backend,
     ends: &[&TurnEnd],
     starts: &[&TurnStart],
 ) -> Result<Vec<Reservation>, sqlx::Error> {
     let mut tx = writer.begin().await?;
-    let reservations = super::bulk::write(&mut tx, backend, ends, starts).await?;
+    let reservations = super::bulk::write(&mut tx, ends, starts).await?;
     // Written and not committed (the crash tests stop here).
     crate::crashpoint::reached("group_written");
     tx.commit().await?;
@@ -205,7 +175,7 @@ impl Store {
     ) -> Result<Vec<Reservation>, sqlx::Error> {
         let ends: Vec<&TurnEnd> = ends.iter().collect();
         let starts: Vec<&TurnStart> = starts.iter().collect();
-        write_together(self.writer(), self.backend, &ends, &starts).await
+        write_together(self.writer(), &ends, &starts).await
     }
 }
 

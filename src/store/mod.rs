@@ -176,7 +176,7 @@ impl Store {
                     .await?;
                 let pool = open(4).await.with_context(context)?;
                 Store {
-                    group: Some(group::GroupCommit::start(writer.clone(), backend)),
+                    group: Some(group::GroupCommit::start(writer.clone())),
                     pool,
                     writer,
                     backend,
@@ -192,7 +192,7 @@ impl Store {
                     // Every turn's start and end lock its site's budget row: in
                     // separate transactions they queue on that lock one commit
                     // at a time; together they share one.
-                    group: group_commit.then(|| group::GroupCommit::start(pool.clone(), backend)),
+                    group: group_commit.then(|| group::GroupCommit::start(pool.clone())),
                     pool,
                     backend,
                     owner: crate::ids::new_id("p").into(),

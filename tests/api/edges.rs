@@ -330,7 +330,7 @@ fn any_text() -> impl Strategy<Value = String> {
         .prop_map(String::from_iter)
 }
 
-/// The group commit binds a batch's rows as one JSON parameter: three turns
+/// The group commit writes a batch a kind at a time: three turns
 /// started in one batch and ended in another keep their questions, answers,
 /// citations and usage byte for byte, and their budget row is reserved and
 /// settled by exactly their shares, for any text, on both databases.
