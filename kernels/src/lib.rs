@@ -1,0 +1,301 @@
+//! The embedded model's quantized matrix kernels.
+//!
+//! A weight matrix is kept as 8-bit integers in blocks of 32 along each row, each
+//! block with its own f32 scale (GGML's Q8_0 layout, but with an f32 scale): 1.125
+//! bytes a weight, against 4 for f32. Generating a token multiplies every weight
+//! once, so its speed is set by the bytes read per token, and these are a quarter.
+//! Reading a prompt multiplies each weight by many tokens, where a tuned f32 GEMM
+//! wins; for that the caller expands one matrix at a time with [`Q8Matrix::dequantize`].
+//!
+//! Every loop here is plain safe Rust written so the compiler vectorises it, and
+//! each is compiled several times (AVX-512, AVX2 with FMA, NEON and the baseline) by
+//! `multiversion`, which picks the best the CPU has when first called. That is the
+//! point of this crate: candle chooses its quantized kernels at compile time, so a
+//! portable build of it multiplies quantized weights with scalar code.
+//!
+//! It is its own crate so that it is optimised even in debug builds: the test
+//! suite runs a real model through these loops.
+
+use std::fmt;
+
+use multiversion::multiversion;
+use rayon::prelude::*;
+
+pub mod attention;
+
+/// Weights per block; each block has one scale.
+pub const BLOCK: usize = 32;
+
+/// The width of the accumulators: sixteen f32 lanes fill one AVX-512 register or
+/// two AVX2 ones, and summing each lane on its own keeps the additions in an order
+/// the compiler may vectorise without changing the result.
+const LANES: usize = 16;
+
+/// Rows handed to one parallel task: a task should be worth more than the few
+/// microseconds it costs to hand out.
+const ROWS_PER_TASK: usize = 64;
+
+/// Blocks expanded by one parallel task in [`Q8Matrix::dequantize`].
+const BLOCKS_PER_TASK: usize = 4096;
+
+/// A buffer or index that does not fit the matrix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShapeError {
+    /// A row's length is not a positive whole number of blocks.
+    Columns(usize),
+    /// A buffer's length does not match the shape.
+    Length { expected: usize, got: usize },
+    /// A row index past the last row.
+    Row { row: usize, rows: usize },
+    /// Attention heads that do not fit: none, key heads that do not divide the
+    /// query heads, or an odd head size.
+    Heads,
+}
+
+impl fmt::Display for ShapeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShapeError::Columns(cols) => write!(
+                f,
+                "a quantized matrix needs rows of a positive multiple of {BLOCK} values, not {cols}"
+            ),
+            ShapeError::Length { expected, got } => {
+                write!(f, "expected a buffer of {expected} values, got {got}")
+            }
+            ShapeError::Row { row, rows } => {
+                write!(f, "row {row} is past the matrix's {rows} rows")
+            }
+            ShapeError::Heads => write!(f, "the attention heads do not fit the buffers"),
+        }
+    }
+}
+
+impl std::error::Error for ShapeError {}
+
+/// A matrix of `rows × cols` weights, quantized to 8 bits in blocks of 32 per row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Q8Matrix {
+    rows: usize,
+    cols: usize,
+    /// One scale per block, row after row.
+    scales: Vec<f32>,
+    quants: Vec<[i8; BLOCK]>,
+}
+
+impl Q8Matrix {
+    /// Quantizes `values`, given row after row. Each block's scale is its largest
+    /// magnitude over 127, so every value comes back within half a step.
+    pub fn quantize(rows: usize, cols: usize, values: &[f32]) -> Result<Self, ShapeError> {
+        if cols == 0 || !cols.is_multiple_of(BLOCK) {
+            return Err(ShapeError::Columns(cols));
+        }
+        check_len(rows * cols, values.len())?;
+        let (blocks, _) = values.as_chunks::<BLOCK>();
+        let (scales, quants) = blocks.par_iter().map(quantize_block).unzip();
+        Ok(Self {
+            rows,
+            cols,
+            scales,
+            quants,
+        })
+    }
+
+    /// The rows of `parts` one after another, as one matrix (fused projections:
+    /// one call, and one parallel region, instead of several).
+    pub fn stack(parts: &[&Q8Matrix]) -> Result<Self, ShapeError> {
+        let cols = parts.first().map_or(0, |m| m.cols);
+        if let Some(other) = parts.iter().find(|m| m.cols != cols) {
+            return Err(ShapeError::Length {
+                expected: cols,
+                got: other.cols,
+            });
+        }
+        if cols == 0 {
+            return Err(ShapeError::Columns(0));
+        }
+        Ok(Self {
+            rows: parts.iter().map(|m| m.rows).sum(),
+            cols,
+            scales: parts
+                .iter()
+                .flat_map(|m| m.scales.iter().copied())
+                .collect(),
+            quants: parts
+                .iter()
+                .flat_map(|m| m.quants.iter().copied())
+                .collect(),
+        })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The memory the weights take.
+    pub fn bytes(&self) -> usize {
+        self.scales.len() * size_of::<f32>() + self.quants.len() * BLOCK
+    }
+
+    fn blocks_per_row(&self) -> usize {
+        self.cols / BLOCK
+    }
+
+    /// Expands row `row` into `out` (an embedding lookup).
+    pub fn row(&self, row: usize, out: &mut [f32]) -> Result<(), ShapeError> {
+        if row >= self.rows {
+            return Err(ShapeError::Row {
+                row,
+                rows: self.rows,
+            });
+        }
+        check_len(self.cols, out.len())?;
+        let bpr = self.blocks_per_row();
+        let range = row * bpr..(row + 1) * bpr;
+        expand(
+            &self.scales[range.clone()],
+            &self.quants[range],
+            out.as_chunks_mut::<BLOCK>().0,
+        );
+        Ok(())
+    }
+
+    /// The whole matrix expanded to f32, row after row.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        out.as_chunks_mut::<BLOCK>()
+            .0
+            .par_chunks_mut(BLOCKS_PER_TASK)
+            .zip(self.quants.par_chunks(BLOCKS_PER_TASK))
+            .zip(self.scales.par_chunks(BLOCKS_PER_TASK))
+            .for_each(|((out, quants), scales)| expand(scales, quants, out));
+        out
+    }
+
+    /// Multiplies `tokens` vectors (`x`, one after another, `cols` values each) by
+    /// the matrix: `out[t * rows + r]` is row `r` · vector `t`. Each row is read
+    /// once for all the vectors, so this suits a few tokens; for many, expand the
+    /// matrix and use a GEMM.
+    pub fn matmul(&self, x: &[f32], tokens: usize, out: &mut [f32]) -> Result<(), ShapeError> {
+        check_len(tokens * self.cols, x.len())?;
+        check_len(tokens * self.rows, out.len())?;
+        if tokens == 0 || self.rows == 0 {
+            return Ok(());
+        }
+        let bpr = self.blocks_per_row();
+        let (x, _) = x.as_chunks::<BLOCK>();
+        let task = |(chunk, out): (usize, &mut [f32])| {
+            let first = chunk * ROWS_PER_TASK;
+            let rows = out.len() / tokens;
+            let blocks = first * bpr..(first + rows) * bpr;
+            dot_rows(
+                &self.scales[blocks.clone()],
+                &self.quants[blocks],
+                bpr,
+                x,
+                out,
+            );
+        };
+        if tokens == 1 {
+            out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(task);
+            return Ok(());
+        }
+        // The tasks split the rows, so each fills its rows for every token; the
+        // result is then turned token-major.
+        let mut by_row = vec![0f32; self.rows * tokens];
+        by_row
+            .par_chunks_mut(ROWS_PER_TASK * tokens)
+            .enumerate()
+            .for_each(task);
+        for (r, values) in by_row.chunks_exact(tokens).enumerate() {
+            for (t, value) in values.iter().enumerate() {
+                out[t * self.rows + r] = *value;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_len(expected: usize, got: usize) -> Result<(), ShapeError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(ShapeError::Length { expected, got })
+    }
+}
+
+fn quantize_block(block: &[f32; BLOCK]) -> (f32, [i8; BLOCK]) {
+    let max = block.iter().fold(0f32, |m, x| m.max(x.abs()));
+    if max == 0.0 {
+        return (0.0, [0; BLOCK]);
+    }
+    let scale = max / 127.0;
+    let inverse = 1.0 / scale;
+    // `as` saturates, and the largest magnitude maps to exactly 127.
+    (scale, block.map(|x| (x * inverse).round() as i8))
+}
+
+/// Each of the rows in `scales`/`quants` (`bpr` blocks each) times every vector of
+/// `x`, written row-major: `out[r * tokens + t]`.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn dot_rows(
+    scales: &[f32],
+    quants: &[[i8; BLOCK]],
+    bpr: usize,
+    x: &[[f32; BLOCK]],
+    out: &mut [f32],
+) {
+    let tokens = x.len() / bpr;
+    for ((scales, quants), out) in scales
+        .chunks_exact(bpr)
+        .zip(quants.chunks_exact(bpr))
+        .zip(out.chunks_exact_mut(tokens))
+    {
+        for (x, out) in x.chunks_exact(bpr).zip(out) {
+            *out = dot(scales, quants, x);
+        }
+    }
+}
+
+// Indexing by lane is what lets each lane keep its own sum.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+fn dot(scales: &[f32], quants: &[[i8; BLOCK]], x: &[[f32; BLOCK]]) -> f32 {
+    let mut acc = [0f32; LANES];
+    for ((scale, q), x) in scales.iter().zip(quants).zip(x) {
+        let mut part = [0f32; LANES];
+        for half in 0..BLOCK / LANES {
+            for lane in 0..LANES {
+                let i = half * LANES + lane;
+                part[lane] += f32::from(q[i]) * x[i];
+            }
+        }
+        for lane in 0..LANES {
+            acc[lane] += part[lane] * scale;
+        }
+    }
+    acc.iter().sum()
+}
+
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn expand(scales: &[f32], quants: &[[i8; BLOCK]], out: &mut [[f32; BLOCK]]) {
+    for ((scale, q), out) in scales.iter().zip(quants).zip(out) {
+        for (out, q) in out.iter_mut().zip(q) {
+            *out = f32::from(*q) * scale;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,249 @@
+use proptest::prelude::*;
+
+use super::*;
+
+/// Rows, columns (whole blocks), tokens and the values of the matrix and vectors.
+fn case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
+    (1usize..150, 1usize..7, 1usize..6).prop_flat_map(|(rows, blocks, tokens)| {
+        let cols = blocks * BLOCK;
+        (
+            Just(rows),
+            Just(cols),
+            Just(tokens),
+            prop::collection::vec(-4f32..4.0, rows * cols),
+            prop::collection::vec(-4f32..4.0, tokens * cols),
+        )
+    })
+}
+
+/// Row `r` · vector `t` in plain f64 from the expanded weights.
+fn reference(w: &[f32], x: &[f32], cols: usize, r: usize, t: usize) -> (f64, f64) {
+    let row = &w[r * cols..(r + 1) * cols];
+    let v = &x[t * cols..(t + 1) * cols];
+    let terms = row
+        .iter()
+        .zip(v)
+        .map(|(a, b)| f64::from(*a) * f64::from(*b));
+    let magnitude = terms.clone().map(f64::abs).sum();
+    (terms.sum(), magnitude)
+}
+
+proptest! {
+    #[test]
+    fn every_value_comes_back_within_half_a_step((rows, cols, _t, values, _x) in case()) {
+        let m = Q8Matrix::quantize(rows, cols, &values).unwrap();
+        let back = m.dequantize();
+        for (block, got) in values.chunks(BLOCK).zip(back.chunks(BLOCK)) {
+            let step = block.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+            for (v, g) in block.iter().zip(got) {
+                prop_assert!((v - g).abs() <= step * 0.5001 + 1e-7, "{v} came back as {g}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_product_matches_the_expanded_weights_for_any_shape(
+        (rows, cols, tokens, values, x) in case()
+    ) {
+        let m = Q8Matrix::quantize(rows, cols, &values).unwrap();
+        let w = m.dequantize();
+        let mut out = vec![f32::NAN; rows * tokens];
+        m.matmul(&x, tokens, &mut out).unwrap();
+        for t in 0..tokens {
+            for r in 0..rows {
+                let (want, magnitude) = reference(&w, &x, cols, r, t);
+                let got = f64::from(out[t * rows + r]);
+                prop_assert!(
+                    (got - want).abs() <= 1e-5 * magnitude + 1e-6,
+                    "row {r}, token {t}: {got} against {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_row_read_alone_is_the_row_of_the_expanded_matrix((rows, cols, _t, values, _x) in case()) {
+        let m = Q8Matrix::quantize(rows, cols, &values).unwrap();
+        let w = m.dequantize();
+        let mut row = vec![f32::NAN; cols];
+        for r in 0..rows {
+            m.row(r, &mut row).unwrap();
+            prop_assert_eq!(&row[..], &w[r * cols..(r + 1) * cols]);
+        }
+    }
+}
+
+#[test]
+fn stacked_matrices_keep_their_rows_in_order() {
+    let a = Q8Matrix::quantize(2, 32, &[1.0; 64]).unwrap();
+    let b = Q8Matrix::quantize(1, 32, &[-3.0; 32]).unwrap();
+    let both = Q8Matrix::stack(&[&a, &b]).unwrap();
+    assert_eq!((both.rows(), both.cols()), (3, 32));
+    let back = both.dequantize();
+    assert!(back[..64].iter().all(|v| *v == 1.0) && back[64..].iter().all(|v| *v == -3.0));
+    let c = Q8Matrix::quantize(1, 64, &[0.0; 64]).unwrap();
+    assert!(Q8Matrix::stack(&[&a, &c]).is_err());
+    assert!(Q8Matrix::stack(&[]).is_err());
+}
+
+#[test]
+fn a_block_of_zeros_stays_zero_and_the_largest_value_is_exact() {
+    let mut values = vec![0f32; 2 * BLOCK];
+    values[BLOCK + 3] = -2.5;
+    values[BLOCK + 4] = 1.0;
+    let m = Q8Matrix::quantize(1, 2 * BLOCK, &values).unwrap();
+    let back = m.dequantize();
+    assert!(back[..BLOCK].iter().all(|v| *v == 0.0));
+    assert_eq!(back[BLOCK + 3], -2.5);
+    assert!((back[BLOCK + 4] - 1.0).abs() < 2.5 / 127.0);
+    assert_eq!(m.bytes(), 2 * (4 + BLOCK));
+}
+
+#[test]
+fn shapes_that_do_not_fit_are_refused_with_what_was_wrong() {
+    assert_eq!(
+        Q8Matrix::quantize(2, 33, &[0.0; 66]),
+        Err(ShapeError::Columns(33))
+    );
+    assert_eq!(Q8Matrix::quantize(1, 0, &[]), Err(ShapeError::Columns(0)));
+    assert_eq!(
+        Q8Matrix::quantize(2, 32, &[0.0; 63]),
+        Err(ShapeError::Length {
+            expected: 64,
+            got: 63
+        })
+    );
+    let m = Q8Matrix::quantize(2, 32, &[1.0; 64]).unwrap();
+    let mut out = [0f32; 2];
+    assert_eq!(
+        m.matmul(&[0.0; 31], 1, &mut out),
+        Err(ShapeError::Length {
+            expected: 32,
+            got: 31
+        })
+    );
+    assert_eq!(
+        m.matmul(&[0.0; 32], 1, &mut out[..1]),
+        Err(ShapeError::Length {
+            expected: 2,
+            got: 1
+        })
+    );
+    let mut row = [0f32; 32];
+    assert_eq!(m.row(2, &mut row), Err(ShapeError::Row { row: 2, rows: 2 }));
+    assert_eq!(
+        m.row(0, &mut row[..8]),
+        Err(ShapeError::Length {
+            expected: 32,
+            got: 8
+        })
+    );
+}
+
+mod attention {
+    use proptest::prelude::*;
+
+    use crate::attention::{Heads, attend, rope};
+
+    /// Heads (and key heads dividing them), head size, cached positions, tokens.
+    fn shape() -> impl Strategy<Value = (Heads, usize, usize)> {
+        (1usize..4, 1usize..4, 1usize..5, 0usize..20, 1usize..5).prop_map(
+            |(kv_heads, group, half, first, tokens)| {
+                let heads = Heads {
+                    heads: kv_heads * group,
+                    kv_heads,
+                    dim: half * 2 * 8,
+                };
+                (heads, first, tokens)
+            },
+        )
+    }
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        (0..n as u64)
+            .map(|i| (((i + 1) * 2654435761 + seed * 97) % 2000) as f32 / 1000.0 - 1.0)
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn attention_matches_a_plain_causal_softmax((shape, first, tokens) in shape(), seed in 0u64..1000) {
+            let Heads { heads, kv_heads, dim } = shape;
+            let q = values(tokens * heads * dim, seed);
+            let k = values((first + tokens) * kv_heads * dim, seed + 1);
+            let v = values((first + tokens) * kv_heads * dim, seed + 2);
+            let mut out = vec![f32::NAN; q.len()];
+            attend(&q, &k, &v, shape, first, &mut out).unwrap();
+            for t in 0..tokens {
+                for h in 0..heads {
+                    let kv = h / (heads / kv_heads);
+                    let q = &q[(t * heads + h) * dim..][..dim];
+                    let scores: Vec<f64> = (0..=first + t)
+                        .map(|p| {
+                            let k = &k[(p * kv_heads + kv) * dim..][..dim];
+                            q.iter().zip(k).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>()
+                                / (dim as f64).sqrt()
+                        })
+                        .collect();
+                    let max = scores.iter().copied().fold(f64::MIN, f64::max);
+                    let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let total: f64 = weights.iter().sum();
+                    for d in 0..dim {
+                        let want: f64 = weights
+                            .iter()
+                            .enumerate()
+                            .map(|(p, w)| w / total * f64::from(v[(p * kv_heads + kv) * dim + d]))
+                            .sum();
+                        let got = f64::from(out[(t * heads + h) * dim + d]);
+                        prop_assert!((got - want).abs() < 1e-4, "token {t} head {h} value {d}: {got} against {want}");
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn a_rotation_turns_each_pair_by_its_angle(heads in 1usize..4, half in 1usize..9, first in 0usize..6, tokens in 1usize..4, halves: bool) {
+            let dim = half * 2;
+            let positions = first + tokens;
+            let angles: Vec<f32> = (0..positions * half).map(|i| i as f32 * 0.37).collect();
+            let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+            let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+            let before = values(tokens * heads * dim, 7);
+            let mut x = before.clone();
+            rope(&mut x, heads, dim, first, &cos, &sin, halves).unwrap();
+            for t in 0..tokens {
+                for h in 0..heads {
+                    for i in 0..half {
+                        let (a, b) = if halves { (i, i + half) } else { (2 * i, 2 * i + 1) };
+                        let base = (t * heads + h) * dim;
+                        let angle = angles[(first + t) * half + i];
+                        let (x0, x1) = (before[base + a], before[base + b]);
+                        let want = (x0 * angle.cos() - x1 * angle.sin(), x0 * angle.sin() + x1 * angle.cos());
+                        prop_assert!((x[base + a] - want.0).abs() < 1e-5 && (x[base + b] - want.1).abs() < 1e-5);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shapes_that_do_not_fit_are_refused() {
+        let shape = Heads {
+            heads: 3,
+            kv_heads: 2,
+            dim: 4,
+        };
+        let mut out = [0f32; 12];
+        assert!(attend(&[0.0; 12], &[0.0; 8], &[0.0; 8], shape, 0, &mut out).is_err());
+        let shape = Heads {
+            heads: 2,
+            kv_heads: 1,
+            dim: 4,
+        };
+        let mut out = [0f32; 8];
+        assert!(attend(&[0.0; 8], &[0.0; 4], &[0.0; 3], shape, 0, &mut out).is_err());
+        assert!(attend(&[0.0; 8], &[0.0; 4], &[0.0; 4], shape, 1, &mut out).is_err());
+        assert!(rope(&mut [0.0; 8], 2, 4, 0, &[1.0; 2], &[0.0; 1], true).is_err());
+        assert!(rope(&mut [0.0; 6], 2, 3, 0, &[1.0; 4], &[0.0; 4], true).is_err());
+    }
+}
