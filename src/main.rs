@@ -24,7 +24,5 @@ pub static MALLOC_CONF: MallocConf =
     MallocConf(c"dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr().cast());
 
 fn main() -> std::process::ExitCode {
-    #[cfg(feature = "local-model")]
-    deskbell::llm::local::prefer_fast_weights();
     deskbell::cli::main()
 }

@@ -20,7 +20,13 @@ const KV_HEADS: usize = 2;
 const FFN: usize = 128;
 const LAYERS: usize = 2;
 
-fn tiny_qwen2(path: &std::path::Path, context: u32) {
+pub fn tiny_qwen2(path: &std::path::Path, context: u32) {
+    tiny_model("qwen2", path, context);
+}
+
+/// A tiny model of architecture `arch` ("qwen2", with q/k/v biases, or "llama")
+/// with random f32 weights and the test model's vocabulary.
+pub fn tiny_model(arch: &str, path: &std::path::Path, context: u32) {
     let mut source = std::fs::File::open(test_model()).unwrap();
     let vocab = gguf_file::Content::read(&mut source).unwrap();
     let words = vocab.metadata["tokenizer.ggml.tokens"]
@@ -34,17 +40,18 @@ fn tiny_qwen2(path: &std::path::Path, context: u32) {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     use gguf_file::Value::{F32, String as S, U32};
+    metadata.push(("general.architecture".into(), S(arch.into())));
     for (key, value) in [
-        ("general.architecture", S("qwen2".into())),
-        ("qwen2.attention.head_count", U32(HEADS as u32)),
-        ("qwen2.attention.head_count_kv", U32(KV_HEADS as u32)),
-        ("qwen2.embedding_length", U32(HIDDEN as u32)),
-        ("qwen2.context_length", U32(context)),
-        ("qwen2.block_count", U32(LAYERS as u32)),
-        ("qwen2.attention.layer_norm_rms_epsilon", F32(1e-6)),
-        ("qwen2.rope.freq_base", F32(10000.0)),
+        ("attention.head_count", U32(HEADS as u32)),
+        ("attention.head_count_kv", U32(KV_HEADS as u32)),
+        ("embedding_length", U32(HIDDEN as u32)),
+        ("context_length", U32(context)),
+        ("block_count", U32(LAYERS as u32)),
+        ("attention.layer_norm_rms_epsilon", F32(1e-6)),
+        ("rope.freq_base", F32(10000.0)),
+        ("rope.dimension_count", U32((HIDDEN / HEADS) as u32)),
     ] {
-        metadata.push((key.into(), value));
+        metadata.push((format!("{arch}.{key}"), value));
     }
     let kv = HIDDEN / HEADS * KV_HEADS;
     let mut shapes: Vec<(String, Vec<usize>)> = vec![
@@ -66,7 +73,9 @@ fn tiny_qwen2(path: &std::path::Path, context: u32) {
             ("attn_norm.weight", vec![HIDDEN]),
             ("ffn_norm.weight", vec![HIDDEN]),
         ] {
-            shapes.push((format!("blk.{l}.{name}"), shape));
+            if arch == "qwen2" || !name.ends_with(".bias") {
+                shapes.push((format!("blk.{l}.{name}"), shape));
+            }
         }
     }
     let tensors: Vec<(String, QTensor)> = shapes

@@ -18,6 +18,8 @@ mod local;
 #[cfg(feature = "local-model")]
 mod local_arch;
 #[cfg(feature = "local-model")]
+mod local_decoder;
+#[cfg(feature = "local-model")]
 mod local_demo;
 mod mcp;
 mod metrics;

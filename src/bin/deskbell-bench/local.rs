@@ -29,7 +29,12 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
         .map_or(String::new(), |n| n.to_string_lossy().into_owned());
     report(
         &format!("local: load {name}"),
-        &format!("{} ms, +{:.0} MiB RSS", info.load_ms, rss_mib() - before),
+        &format!(
+            "{} ms, +{:.0} MiB RSS, weights {} MiB",
+            info.load_ms,
+            rss_mib() - before,
+            info.weight_bytes >> 20
+        ),
         "",
     );
     let rounds = if quick { 2 } else { 6 };

@@ -22,9 +22,6 @@ mod stats;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    // Before the runtime starts any thread (see deskbell::llm::local).
-    #[cfg(feature = "local-model")]
-    deskbell::llm::local::prefer_fast_weights();
     let quick = std::env::args().any(|a| a == "--quick");
     let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
     let runtime = match tokio::runtime::Runtime::new() {

@@ -7,18 +7,19 @@
 //! without end. The worker streams each piece of text as soon as it is decoded and
 //! stops as soon as nobody is left to read it.
 //!
-//! Speed: candle chooses its quantized SIMD kernels at compile time, so a portable
-//! build would multiply quantized weights with scalar code. `main` therefore asks
-//! candle (through `CANDLE_DEQUANTIZE_ALL`) to expand the weights to f32 at load,
-//! where its matrix multiplications pick AVX2/AVX-512/NEON at run time: prompts are
-//! read about ten times faster at the cost of memory.
+//! Speed: the weights are held as 8-bit blocks and multiplied by Deskbell's own
+//! kernels (`deskbell-kernels`), which pick AVX-512, AVX2 or NEON at run time
+//! (candle's quantized kernels are chosen at compile time, so a portable build of
+//! them is scalar); long prompts expand one matrix at a time for candle's f32 GEMM
+//! (`linear.rs`).
 
 mod chat;
+mod decoder;
 mod engine;
 pub mod fetch;
+mod linear;
 mod model;
 mod prefix;
-mod qwen2;
 mod repeat;
 mod vocab;
 
@@ -37,19 +38,6 @@ use super::{ChatRequest, ModelStream, Provider, ProviderError};
 use engine::{Engine, Events};
 
 pub use vocab::Vocab;
-
-/// The variable candle reads to expand quantized weights at load.
-pub const DEQUANTIZE_VAR: &str = "CANDLE_DEQUANTIZE_ALL";
-
-/// Asks candle to expand quantized weights to f32 at load (see the module docs),
-/// unless the operator set the variable. Call it first thing in `main`: changing
-/// the environment is sound only while no other thread exists.
-pub fn prefer_fast_weights() {
-    if std::env::var_os(DEQUANTIZE_VAR).is_none() {
-        // SAFETY: called at the top of `main`, before any thread is started.
-        unsafe { std::env::set_var(DEQUANTIZE_VAR, "1") };
-    }
-}
 
 struct Job {
     request: ChatRequest,
@@ -79,6 +67,8 @@ pub struct ModelInfo {
     pub architecture: String,
     pub context: usize,
     pub load_ms: u128,
+    /// The memory the weights take.
+    pub weight_bytes: usize,
 }
 
 impl LocalProvider {
@@ -96,6 +86,7 @@ impl LocalProvider {
             architecture: loaded.architecture.clone(),
             context: loaded.context,
             load_ms: started.elapsed().as_millis(),
+            weight_bytes: loaded.weights.bytes(),
         };
         let stats = Arc::new(Stats::default());
         let mut engine = Engine::new(loaded, stats.clone())?;
@@ -136,10 +127,26 @@ impl LocalProvider {
             model = %info.path.display(),
             architecture = %info.architecture,
             load_ms = info.load_ms as u64,
+            weight_mib = info.weight_bytes >> 20,
             "the local model is loaded"
         );
         Ok((Self { jobs, stats }, info))
     }
+}
+
+/// The last token's logits after each run of `steps`, read one after another by
+/// Deskbell's decoder, for the tests that hold it to candle's reference models.
+/// Nothing else calls it.
+#[doc(hidden)]
+pub fn logits_after(path: &std::path::Path, steps: &[&[u32]]) -> anyhow::Result<Vec<Vec<f32>>> {
+    let mut weights = model::load(path, None)?.weights;
+    let mut position = 0;
+    let mut logits = Vec::new();
+    for tokens in steps {
+        logits.push(weights.forward(tokens, position)?);
+        position += tokens.len();
+    }
+    Ok(logits)
 }
 
 impl LocalProvider {

@@ -1,10 +1,10 @@
-//! A GGUF model in memory, by architecture, behind one `forward`.
+//! A GGUF model in memory behind one `forward`.
 //!
-//! Both architectures keep their attention cache inside the weights value and are
-//! `Clone`: a clone shares every weight tensor and the cached keys so far, and new
-//! tokens are appended to fresh tensors. That is what makes the prompt-prefix cache
-//! cheap: the worker keeps a clone that has read the prefix and starts each turn
-//! from another clone of it.
+//! The model keeps its attention cache inside the weights value and is `Clone`: a
+//! clone shares every weight and the cached keys so far, and new tokens are
+//! appended to fresh tensors. That is what makes the prompt-prefix cache cheap: the
+//! worker keeps a clone that has read the prefix and starts each turn from another
+//! clone of it.
 
 use std::fs::File;
 use std::path::Path;
@@ -12,37 +12,32 @@ use std::path::Path;
 use anyhow::{Context, anyhow, bail};
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
-use candle_transformers::models::quantized_llama;
 
-use super::qwen2;
+use super::decoder::ModelWeights;
 use super::vocab::Vocab;
 
 #[derive(Clone)]
-pub enum Weights {
-    Llama(Box<quantized_llama::ModelWeights>),
-    Qwen2(Box<qwen2::ModelWeights>),
-}
+pub struct Weights(Box<ModelWeights>);
 
 impl Weights {
     /// Reads the next tokens at positions `position..`; returns the logits of the
     /// last one.
     pub fn forward(&mut self, tokens: &[u32], position: usize) -> anyhow::Result<Vec<f32>> {
         let input = Tensor::new(tokens, &Device::Cpu)?.unsqueeze(0)?;
-        let logits = match self {
-            Weights::Llama(m) => m.forward(&input, position)?,
-            Weights::Qwen2(m) => m.forward(&input, position)?,
-        };
+        let logits = self.0.forward(&input, position)?;
         Ok(logits.squeeze(0)?.to_vec1::<f32>()?)
     }
 
     /// A copy that has read nothing, sharing the weights.
     pub fn fresh(&self) -> Self {
         let mut copy = self.clone();
-        match &mut copy {
-            Weights::Llama(m) => m.clear_kv_cache(),
-            Weights::Qwen2(m) => m.clear_kv_cache(),
-        }
+        copy.0.clear_kv_cache();
         copy
+    }
+
+    /// The memory the weights take.
+    pub fn bytes(&self) -> usize {
+        self.0.weight_bytes()
     }
 }
 
@@ -71,13 +66,11 @@ pub fn load(path: &Path, tokenizer: Option<&Path>) -> anyhow::Result<Loaded> {
         .and_then(|v| v.to_u32().ok())
         .unwrap_or(2048) as usize;
     let vocab = Vocab::load(&content, tokenizer)?;
-    let device = Device::Cpu;
     let weights = match architecture.as_str() {
-        "llama" => Weights::Llama(Box::new(quantized_llama::ModelWeights::from_gguf(
-            content, &mut file, &device,
-        )?)),
-        "qwen2" => Weights::Qwen2(Box::new(qwen2::ModelWeights::from_gguf(
-            content, &mut file, &device,
+        "llama" | "qwen2" => Weights(Box::new(ModelWeights::from_gguf(
+            &architecture,
+            content,
+            &mut file,
         )?)),
         other => bail!(
             "the model's architecture {other:?} is not supported: use a llama or qwen2 GGUF model"

@@ -1,0 +1,409 @@
+//! The decoder of the llama and qwen2 architectures (SmolLM2, Llama, Qwen2.5),
+//! adapted from candle-transformers 0.11.1 (MIT OR Apache-2.0),
+//! `models/quantized_qwen2.rs` and `models/quantized_llama.rs`. What differs:
+//!
+//! - the weight matrices and the embedding table are [`Linear`]s on Deskbell's own
+//!   kernels, q/k/v and gate/up each fused into one matrix, and a tied output head
+//!   shares the embedding table's memory;
+//! - rotary embeddings, and attention for steps of a few tokens, are Deskbell's
+//!   own (`deskbell_kernels::attention`); the cache of keys and values is plain
+//!   memory appended in place, copied only when a clone that shares it appends;
+//!   a step of many tokens (a prompt) attends with candle's matrix products;
+//! - one model serves both architectures: they differ only in metadata prefix,
+//!   the q/k/v biases (qwen2 has them) and the rotary embedding's layout (qwen2
+//!   rotates the two halves of a head, llama interleaved pairs, as llama.cpp);
+//! - `ModelWeights` is `Clone`: a clone shares every weight and the cached keys so
+//!   far, which is what makes the prompt-prefix cache cheap.
+
+use std::sync::Arc;
+
+use candle_core::quantized::gguf_file;
+use candle_core::{Device, Result, Tensor, bail};
+use candle_nn::Module;
+use candle_transformers::quantized_nn::RmsNorm;
+use candle_transformers::utils::build_causal_mask;
+use deskbell_kernels::attention::{Heads, attend, rope};
+
+use super::linear::Linear;
+
+/// From this many tokens in one step, attention uses candle's matrix products.
+const BATCHED_FROM_TOKENS: usize = 8;
+
+/// A layer's cached keys and values (`positions × kv_heads × dim` each). Clones
+/// share them until one appends: then that one copies first, so a kept prompt
+/// prefix is never changed by the turns that start from it.
+#[derive(Debug, Clone, Default)]
+struct Cache {
+    keys: Arc<Vec<f32>>,
+    values: Arc<Vec<f32>>,
+}
+
+impl Cache {
+    /// Keeps the first `position` positions and appends `keys` and `values`.
+    fn append(
+        &mut self,
+        position: usize,
+        width: usize,
+        keys: &[f32],
+        values: &[f32],
+    ) -> Result<()> {
+        if self.keys.len() < position * width {
+            bail!("the cache holds fewer positions than the step starts at");
+        }
+        for (cache, new) in [(&mut self.keys, keys), (&mut self.values, values)] {
+            let cache = Arc::make_mut(cache);
+            cache.truncate(position * width);
+            cache.extend_from_slice(new);
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Layer {
+    /// The query, key and value projections, in that order.
+    qkv: Linear,
+    /// Their biases, in the same order (qwen2 only).
+    qkv_bias: Option<Arc<Vec<f32>>>,
+    wo: Linear,
+    attention_norm: RmsNorm,
+    /// The gate and up projections, in that order.
+    gate_up: Linear,
+    down: Linear,
+    ffn_norm: RmsNorm,
+    cache: Cache,
+}
+
+/// What every layer shares: the shape of attention and the rotary tables
+/// (`positions × dim/2`).
+#[derive(Debug, Clone)]
+struct Attention {
+    heads: Heads,
+    rope_halves: bool,
+    cos: Arc<Vec<f32>>,
+    sin: Arc<Vec<f32>>,
+    positions: usize,
+}
+
+impl Layer {
+    /// Attention for the normalised `x` (`tokens × embedding`).
+    fn attend(
+        &mut self,
+        shape: &Attention,
+        x: &[f32],
+        tokens: usize,
+        mask: Option<&Tensor>,
+        position: usize,
+    ) -> Result<Vec<f32>> {
+        let Heads {
+            heads,
+            kv_heads,
+            dim,
+        } = shape.heads;
+        let (q_width, kv_width) = (heads * dim, kv_heads * dim);
+        let mut qkv = self.qkv.apply(x, tokens)?;
+        if let Some(bias) = &self.qkv_bias {
+            for row in qkv.chunks_exact_mut(bias.len()) {
+                row.iter_mut().zip(bias.iter()).for_each(|(v, b)| *v += b);
+            }
+        }
+        let (mut q, mut k, mut v) = (
+            Vec::with_capacity(tokens * q_width),
+            Vec::with_capacity(tokens * kv_width),
+            Vec::with_capacity(tokens * kv_width),
+        );
+        for row in qkv.chunks_exact(q_width + 2 * kv_width) {
+            let (rq, rest) = row.split_at(q_width);
+            let (rk, rv) = rest.split_at(kv_width);
+            q.extend_from_slice(rq);
+            k.extend_from_slice(rk);
+            v.extend_from_slice(rv);
+        }
+        let turn = |x: &mut [f32], n| {
+            rope(
+                x,
+                n,
+                dim,
+                position,
+                &shape.cos,
+                &shape.sin,
+                shape.rope_halves,
+            )
+            .map_err(candle_core::Error::wrap)
+        };
+        turn(&mut q, heads)?;
+        turn(&mut k, kv_heads)?;
+        self.cache.append(position, kv_width, &k, &v)?;
+        let (keys, values) = (&self.cache.keys, &self.cache.values);
+        let y = match mask {
+            Some(mask) if tokens >= BATCHED_FROM_TOKENS => {
+                batched(shape.heads, &q, keys, values, tokens, mask)?
+            }
+            _ => {
+                let mut y = vec![0f32; q.len()];
+                attend(&q, keys, values, shape.heads, position, &mut y)
+                    .map_err(candle_core::Error::wrap)?;
+                y
+            }
+        };
+        self.wo.apply(&y, tokens)
+    }
+
+    /// The feed-forward block for the normalised `x`: down(silu(gate) × up).
+    fn feed_forward(&self, x: &[f32], tokens: usize) -> Result<Vec<f32>> {
+        let gate_up = self.gate_up.apply(x, tokens)?;
+        let width = gate_up.len() / tokens.max(1);
+        let mut hidden = Vec::with_capacity(gate_up.len() / 2);
+        for row in gate_up.chunks_exact(width) {
+            let (gate, up) = row.split_at(width / 2);
+            hidden.extend(gate.iter().zip(up).map(|(g, u)| g / (1.0 + (-g).exp()) * u));
+        }
+        self.down.apply(&hidden, tokens)
+    }
+}
+
+/// Attention of a step of many tokens with candle's matrix products: the query
+/// heads that share a key head are multiplied as one group.
+fn batched(
+    shape: Heads,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    tokens: usize,
+    mask: &Tensor,
+) -> Result<Vec<f32>> {
+    let Heads {
+        heads,
+        kv_heads,
+        dim,
+    } = shape;
+    let positions = keys.len() / (kv_heads * dim);
+    let group = heads / kv_heads;
+    let cpu = &Device::Cpu;
+    let q = Tensor::from_slice(q, (tokens, heads, dim), cpu)?
+        .transpose(0, 1)?
+        .contiguous()?
+        .reshape((kv_heads, group * tokens, dim))?;
+    let cached = |data: &[f32]| {
+        Tensor::from_slice(data, (positions, kv_heads, dim), cpu)?
+            .transpose(0, 1)?
+            .contiguous()
+    };
+    let (k, v) = (cached(keys)?, cached(values)?);
+    let att = (q.matmul(&k.t()?)? / (dim as f64).sqrt())?.reshape((heads, tokens, positions))?;
+    let neg_inf = Tensor::new(f32::NEG_INFINITY, cpu)?.broadcast_as(att.shape())?;
+    let att = mask.broadcast_as(att.shape())?.where_cond(&neg_inf, &att)?;
+    let att =
+        candle_nn::ops::softmax_last_dim(&att)?.reshape((kv_heads, group * tokens, positions))?;
+    att.matmul(&v)?
+        .reshape((heads, tokens, dim))?
+        .transpose(0, 1)?
+        .contiguous()?
+        .flatten_all()?
+        .to_vec1::<f32>()
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelWeights {
+    embeddings: Linear,
+    attention: Attention,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    output: Linear,
+}
+
+/// The rotary angles' cosines and sines, `positions × dim/2`.
+fn rotary_tables(dim: usize, freq_base: f32, positions: usize) -> (Vec<f32>, Vec<f32>) {
+    let theta: Vec<f32> = (0..dim)
+        .step_by(2)
+        .map(|i| 1f32 / freq_base.powf(i as f32 / dim as f32))
+        .collect();
+    let angles = (0..positions).flat_map(|p| theta.iter().map(move |t| p as f32 * t));
+    angles.map(|a| (a.cos(), a.sin())).unzip()
+}
+
+/// The tensors of a GGUF file, read one at a time.
+struct File<'a, R> {
+    ct: &'a gguf_file::Content,
+    reader: &'a mut R,
+}
+
+impl<R: std::io::Seek + std::io::Read> File<'_, R> {
+    fn has(&self, name: &str) -> bool {
+        self.ct.tensor_infos.contains_key(name)
+    }
+
+    fn linear(&mut self, name: &str) -> Result<Linear> {
+        Linear::from_qtensor(self.ct.tensor(self.reader, name, &Device::Cpu)?)
+    }
+
+    fn f32(&mut self, name: &str) -> Result<Tensor> {
+        self.ct
+            .tensor(self.reader, name, &Device::Cpu)?
+            .dequantize(&Device::Cpu)
+    }
+
+    fn norm(&mut self, name: &str, eps: f64) -> Result<RmsNorm> {
+        RmsNorm::from_qtensor(self.ct.tensor(self.reader, name, &Device::Cpu)?, eps)
+    }
+}
+
+impl ModelWeights {
+    /// Loads a model of architecture `arch` ("llama" or "qwen2").
+    pub fn from_gguf<R: std::io::Seek + std::io::Read>(
+        arch: &str,
+        ct: gguf_file::Content,
+        reader: &mut R,
+    ) -> Result<Self> {
+        let md = |key: &str| {
+            let key = format!("{arch}.{key}");
+            match ct.metadata.get(&key) {
+                None => bail!("the model's metadata has no {key}"),
+                Some(v) => Ok(v),
+            }
+        };
+        let head_count = md("attention.head_count")?.to_u32()? as usize;
+        let head_count_kv = md("attention.head_count_kv")?.to_u32()? as usize;
+        let embedding_length = md("embedding_length")?.to_u32()? as usize;
+        let block_count = md("block_count")?.to_u32()? as usize;
+        let rms_norm_eps = md("attention.layer_norm_rms_epsilon")?.to_f32()? as f64;
+        let context = md("context_length")
+            .and_then(|v| v.to_u32())
+            .unwrap_or(4096) as usize;
+        let rope_freq_base = md("rope.freq_base")
+            .and_then(|v| v.to_f32())
+            .unwrap_or(10000f32);
+        if head_count == 0 || head_count_kv == 0 || !head_count.is_multiple_of(head_count_kv) {
+            bail!(
+                "the model's {head_count} attention heads cannot share {head_count_kv} key heads"
+            );
+        }
+        let head_dim = embedding_length / head_count;
+        if let Ok(rope) = md("rope.dimension_count")
+            && rope.to_u32()? as usize != head_dim
+        {
+            bail!("rotary embeddings over part of a head are not supported");
+        }
+        let (cos, sin) = rotary_tables(head_dim, rope_freq_base, context);
+        let attention = Attention {
+            heads: Heads {
+                heads: head_count,
+                kv_heads: head_count_kv,
+                dim: head_dim,
+            },
+            rope_halves: arch == "qwen2",
+            cos: Arc::new(cos),
+            sin: Arc::new(sin),
+            positions: context,
+        };
+
+        let mut file = File { ct: &ct, reader };
+        let embeddings = file.linear("token_embd.weight")?;
+        let norm = file.norm("output_norm.weight", rms_norm_eps)?;
+        let output = if file.has("output.weight") {
+            file.linear("output.weight")?
+        } else {
+            embeddings.clone()
+        };
+        let mut layers = Vec::with_capacity(block_count);
+        for index in 0..block_count {
+            let name = |part: &str| format!("blk.{index}.{part}");
+            let qkv_bias = if file.has(&name("attn_q.bias")) {
+                let mut bias = Vec::new();
+                for part in ["attn_q.bias", "attn_k.bias", "attn_v.bias"] {
+                    bias.extend(file.f32(&name(part))?.flatten_all()?.to_vec1::<f32>()?);
+                }
+                Some(Arc::new(bias))
+            } else {
+                None
+            };
+            let mut stack = |parts: &[&str]| {
+                let parts: Vec<Linear> = parts
+                    .iter()
+                    .map(|p| file.linear(&name(p)))
+                    .collect::<Result<_>>()?;
+                Linear::stack(&parts.iter().collect::<Vec<_>>())
+            };
+            let qkv = stack(&["attn_q.weight", "attn_k.weight", "attn_v.weight"])?;
+            let gate_up = stack(&["ffn_gate.weight", "ffn_up.weight"])?;
+            let expected = (head_count + 2 * head_count_kv) * head_dim;
+            if qkv.rows() != expected || qkv_bias.as_ref().is_some_and(|b| b.len() != expected) {
+                bail!("layer {index}'s attention projections do not fit its heads");
+            }
+            layers.push(Layer {
+                qkv,
+                qkv_bias,
+                wo: file.linear(&name("attn_output.weight"))?,
+                attention_norm: file.norm(&name("attn_norm.weight"), rms_norm_eps)?,
+                gate_up,
+                down: file.linear(&name("ffn_down.weight"))?,
+                ffn_norm: file.norm(&name("ffn_norm.weight"), rms_norm_eps)?,
+                cache: Cache::default(),
+            });
+        }
+        Ok(Self {
+            embeddings,
+            attention,
+            layers,
+            norm,
+            output,
+        })
+    }
+
+    /// Forgets the cached keys, keeping the weights.
+    pub fn clear_kv_cache(&mut self) {
+        for layer in self.layers.iter_mut() {
+            layer.cache = Cache::default();
+        }
+    }
+
+    /// The memory the weights take (a tied output head counted once).
+    pub fn weight_bytes(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .flat_map(|l| [&l.qkv, &l.wo, &l.gate_up, &l.down])
+            .map(Linear::bytes)
+            .sum();
+        let tied = matches!((&self.embeddings, &self.output),
+            (Linear::Quantized(a), Linear::Quantized(b)) if Arc::ptr_eq(a, b));
+        let output = if tied { 0 } else { self.output.bytes() };
+        layers + self.embeddings.bytes() + output
+    }
+
+    /// Reads the tokens `x` (1, seq_len) at positions `index_pos..`; returns the
+    /// logits of the last one.
+    pub fn forward(&mut self, x: &Tensor, index_pos: usize) -> Result<Tensor> {
+        let (_b, tokens) = x.dims2()?;
+        if tokens == 0 {
+            bail!("a step needs at least one token");
+        }
+        if index_pos + tokens > self.attention.positions {
+            bail!("the prompt is longer than the model's context");
+        }
+        // A mask only for a batched step; it is cheap next to the step, so not kept.
+        let mask = if tokens >= BATCHED_FROM_TOKENS {
+            Some(build_causal_mask(tokens, index_pos, &Device::Cpu)?)
+        } else {
+            None
+        };
+        let mut hidden = self.embeddings.lookup(x)?;
+        let dims = hidden.dims().to_vec();
+        for layer in self.layers.iter_mut() {
+            let normed = flat(&layer.attention_norm.forward(&hidden)?)?;
+            let attn = layer.attend(&self.attention, &normed, tokens, mask.as_ref(), index_pos)?;
+            let x = (Tensor::from_vec(attn, dims.as_slice(), &Device::Cpu)? + &hidden)?;
+            let normed = flat(&layer.ffn_norm.forward(&x)?)?;
+            let mlp = layer.feed_forward(&normed, tokens)?;
+            hidden = (Tensor::from_vec(mlp, dims.as_slice(), &Device::Cpu)? + x)?;
+        }
+        let last = flat(&self.norm.forward(&hidden)?.narrow(1, tokens - 1, 1)?)?;
+        let logits = self.output.apply(&last, 1)?;
+        let rows = logits.len();
+        Tensor::from_vec(logits, (1, rows), &Device::Cpu)
+    }
+}
+
+fn flat(x: &Tensor) -> Result<Vec<f32>> {
+    x.flatten_all()?.to_vec1::<f32>()
+}

@@ -1,0 +1,121 @@
+//! The model's weight matrices on Deskbell's own kernels (`deskbell-kernels`).
+//!
+//! Every matrix is converted at load to 8-bit blocks, whatever its type in the
+//! file. A step that reads a few tokens (generating, or the end of a prompt whose
+//! prefix is cached) multiplies the 8-bit weights directly, with SIMD picked at
+//! run time; a step that reads many tokens expands one matrix at a time to f32 and
+//! lets candle's GEMM multiply, which is faster when each weight meets many tokens.
+//! So the model is held in about a quarter of the memory of f32 weights, and no
+//! path falls back to scalar code on a portable build (see DECISIONS.md, "The
+//! embedded model's own kernels").
+
+use std::sync::Arc;
+
+use candle_core::quantized::QTensor;
+use candle_core::{Device, Error, Result, Tensor};
+use deskbell_kernels::{BLOCK, Q8Matrix};
+
+/// From this many tokens in one step, a layer expands its weights and uses the GEMM.
+const GEMM_FROM_TOKENS: usize = 8;
+
+/// A weight matrix of `rows` outputs by `cols` inputs.
+#[derive(Clone, Debug)]
+pub enum Linear {
+    Quantized(Arc<Q8Matrix>),
+    /// A matrix whose rows are not whole blocks stays f32 (no common model has one).
+    Dense(Tensor),
+}
+
+impl Linear {
+    pub fn from_qtensor(weights: QTensor) -> Result<Self> {
+        Self::from_tensor(weights.dequantize(&Device::Cpu)?)
+    }
+
+    fn from_tensor(values: Tensor) -> Result<Self> {
+        let (rows, cols) = values.dims2()?;
+        if !cols.is_multiple_of(BLOCK) {
+            return Ok(Linear::Dense(values));
+        }
+        let flat = values.flatten_all()?.to_vec1::<f32>()?;
+        let matrix = Q8Matrix::quantize(rows, cols, &flat).map_err(Error::wrap)?;
+        Ok(Linear::Quantized(Arc::new(matrix)))
+    }
+
+    /// The rows for `ids` (a tensor of token ids), as an embedding table.
+    pub fn lookup(&self, ids: &Tensor) -> Result<Tensor> {
+        let mut dims = ids.dims().to_vec();
+        match self {
+            Linear::Dense(table) => {
+                dims.push(table.dim(1)?);
+                table.index_select(&ids.flatten_all()?, 0)?.reshape(dims)
+            }
+            Linear::Quantized(table) => {
+                let ids = ids.flatten_all()?.to_vec1::<u32>()?;
+                let cols = table.cols();
+                let mut out = vec![0f32; ids.len() * cols];
+                for (id, row) in ids.iter().zip(out.chunks_exact_mut(cols)) {
+                    table.row(*id as usize, row).map_err(Error::wrap)?;
+                }
+                dims.push(cols);
+                Tensor::from_vec(out, dims, &Device::Cpu)
+            }
+        }
+    }
+
+    /// The memory the weights take.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Linear::Quantized(m) => m.bytes(),
+            Linear::Dense(t) => t.elem_count() * size_of::<f32>(),
+        }
+    }
+}
+
+impl Linear {
+    pub fn rows(&self) -> usize {
+        match self {
+            Linear::Quantized(m) => m.rows(),
+            Linear::Dense(t) => t.dims().first().copied().unwrap_or(0),
+        }
+    }
+
+    /// The rows of `parts` one after another, as one matrix.
+    pub fn stack(parts: &[&Linear]) -> Result<Self> {
+        let quantized: Option<Vec<&Q8Matrix>> = parts
+            .iter()
+            .map(|p| match p {
+                Linear::Quantized(m) => Some(&**m),
+                Linear::Dense(_) => None,
+            })
+            .collect();
+        if let Some(matrices) = quantized {
+            let matrix = Q8Matrix::stack(&matrices).map_err(Error::wrap)?;
+            return Ok(Linear::Quantized(Arc::new(matrix)));
+        }
+        let dense: Vec<Tensor> = parts.iter().map(|p| p.to_tensor()).collect::<Result<_>>()?;
+        Ok(Linear::Dense(Tensor::cat(&dense, 0)?))
+    }
+
+    fn to_tensor(&self) -> Result<Tensor> {
+        match self {
+            Linear::Dense(t) => Ok(t.clone()),
+            Linear::Quantized(m) => {
+                Tensor::from_vec(m.dequantize(), (m.rows(), m.cols()), &Device::Cpu)
+            }
+        }
+    }
+
+    /// `x` holds `tokens` vectors of the matrix's width; returns `tokens × rows`.
+    pub fn apply(&self, x: &[f32], tokens: usize) -> Result<Vec<f32>> {
+        if let Linear::Quantized(m) = self
+            && tokens < GEMM_FROM_TOKENS
+        {
+            let mut out = vec![0f32; tokens * m.rows()];
+            m.matmul(x, tokens, &mut out).map_err(Error::wrap)?;
+            return Ok(out);
+        }
+        let w = self.to_tensor()?;
+        let x = Tensor::from_slice(x, (tokens, w.dim(1)?), &Device::Cpu)?;
+        x.matmul(&w.t()?)?.flatten_all()?.to_vec1::<f32>()
+    }
+}

@@ -1,0 +1,115 @@
+//! Deskbell's decoder, on its own 8-bit kernels, against candle's reference models
+//! reading the same file: tiny random llama and qwen2 models with f32 weights,
+//! which candle multiplies in plain f32, and the test model (llama, 4-bit), which
+//! candle multiplies with its own 4-bit kernels after rounding the activations to
+//! 8 bits. Deskbell re-quantizes every weight to 8 bits, so the logits differ a
+//! little (about 0.5 % of their range against f32, 2–3 % against candle's 4-bit
+//! arithmetic); a wrong rotary layout, a lost bias or a misplaced cached key
+//! moves them by far more.
+//! The steps read a prompt, one generated token (the kernels' own product) and
+//! then nine tokens at once (the expanded weights and candle's GEMM).
+
+use std::path::Path;
+
+use candle_core::quantized::gguf_file;
+use candle_core::{Device, Tensor};
+use candle_transformers::models::{quantized_llama, quantized_qwen2};
+use deskbell::llm::local::logits_after;
+
+use crate::local::test_model;
+use crate::local_arch::tiny_model;
+
+const STEPS: [&[u32]; 3] = [
+    &[1, 504, 3458, 314, 253, 1345],
+    &[2817],
+    &[30, 4875, 260, 3165, 288, 7119, 17, 216, 1000],
+];
+
+/// The largest difference may be `share` of the reference's range of logits, and
+/// the likeliest token must be the same.
+fn assert_close(step: usize, ours: &[f32], reference: &[f32], share: f32) {
+    assert_eq!(ours.len(), reference.len());
+    let (lo, hi) = reference
+        .iter()
+        .fold((f32::MAX, f32::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+    let worst = ours
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let argmax = |v: &[f32]| {
+        v.iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i)
+    };
+    println!(
+        "step {step}: worst difference {worst} over a range of {}",
+        hi - lo
+    );
+    assert!(
+        worst <= share * (hi - lo),
+        "step {step}: logits differ by {worst} over a range of {}",
+        hi - lo
+    );
+    assert_eq!(
+        argmax(ours),
+        argmax(reference),
+        "step {step}: the likeliest token"
+    );
+}
+
+fn compare(path: &Path, share: f32, mut reference: impl FnMut(&Tensor, usize) -> Tensor) {
+    let ours = logits_after(path, &STEPS).unwrap();
+    let mut position = 0;
+    for (step, (tokens, ours)) in STEPS.iter().zip(&ours).enumerate() {
+        let input = Tensor::new(*tokens, &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let want = reference(&input, position);
+        position += tokens.len();
+        let want = want.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
+        assert_close(step, ours, &want, share);
+    }
+}
+
+fn content(path: &Path) -> (std::fs::File, gguf_file::Content) {
+    let mut file = std::fs::File::open(path).unwrap();
+    let content = gguf_file::Content::read(&mut file).unwrap();
+    (file, content)
+}
+
+#[test]
+fn the_decoder_reads_the_test_model_as_candle_s_llama_does() {
+    let path = test_model();
+    let (mut file, ct) = content(&path);
+    let mut model = quantized_llama::ModelWeights::from_gguf(ct, &mut file, &Device::Cpu).unwrap();
+    compare(&path, 0.04, |input, position| {
+        model.forward(input, position).unwrap()
+    });
+}
+
+#[test]
+fn the_decoder_reads_a_llama_model_as_candle_s_llama_does_in_f32() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny-llama.gguf");
+    tiny_model("llama", &path, 64);
+    let (mut file, ct) = content(&path);
+    let mut model = quantized_llama::ModelWeights::from_gguf(ct, &mut file, &Device::Cpu).unwrap();
+    compare(&path, 0.015, |input, position| {
+        model.forward(input, position).unwrap()
+    });
+}
+
+#[test]
+fn the_decoder_reads_a_qwen2_model_as_candle_s_qwen2_does_in_f32() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny-qwen2.gguf");
+    tiny_model("qwen2", &path, 64);
+    let (mut file, ct) = content(&path);
+    let mut model = quantized_qwen2::ModelWeights::from_gguf(ct, &mut file, &Device::Cpu).unwrap();
+    compare(&path, 0.015, |input, position| {
+        model.forward(input, position).unwrap()
+    });
+}
