@@ -2,7 +2,8 @@
 //! this machine cannot download: a tiny Qwen2 with random weights, written as GGUF
 //! with the test model's vocabulary, must load, stream, and start its second turn
 //! from the cached prefix with the same answer. Random weights say nothing about
-//! quality; they do run every tensor of the vendored model code.
+//! quality; they do run every tensor of the decoder. `tiny_model` writes such a
+//! model for llama too (`local_decoder.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

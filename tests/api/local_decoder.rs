@@ -6,28 +6,32 @@
 //! little (about 0.5 % of their range against f32, 2–3 % against candle's 4-bit
 //! arithmetic); a wrong rotary layout, a lost bias or a misplaced cached key
 //! moves them by far more.
-//! The steps read a prompt, one generated token (the kernels' own product) and
-//! then nine tokens at once (the expanded weights and candle's GEMM).
+//! The steps read a prompt, one generated token (the kernels' own product), nine
+//! tokens at once (the expanded weights and candle's GEMM) and three more (the end
+//! of a prompt after a cached prefix).
 
 use std::path::Path;
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{quantized_llama, quantized_qwen2};
-use deskbell::llm::local::logits_after;
+use deskbell::llm::local::{logits_after, logits_of_branches};
 
 use crate::local::test_model;
 use crate::local_arch::tiny_model;
 
-const STEPS: [&[u32]; 3] = [
+const STEPS: [&[u32]; 4] = [
     &[1, 504, 3458, 314, 253, 1345],
     &[2817],
     &[30, 4875, 260, 3165, 288, 7119, 17, 216, 1000],
+    &[42, 7, 3001],
 ];
 
 /// The largest difference may be `share` of the reference's range of logits, and
-/// the likeliest token must be the same.
-fn assert_close(step: usize, ours: &[f32], reference: &[f32], share: f32) {
+/// our likeliest token must be one of the reference's likeliest within that. A
+/// random model's logits can tie to within rounding, so only a real model is held
+/// to the very same token (`same_top`).
+fn assert_close(step: usize, ours: &[f32], reference: &[f32], share: f32, same_top: bool) {
     assert_eq!(ours.len(), reference.len());
     let (lo, hi) = reference
         .iter()
@@ -52,14 +56,23 @@ fn assert_close(step: usize, ours: &[f32], reference: &[f32], share: f32) {
         "step {step}: logits differ by {worst} over a range of {}",
         hi - lo
     );
-    assert_eq!(
-        argmax(ours),
-        argmax(reference),
-        "step {step}: the likeliest token"
+    let (ours_top, top) = (argmax(ours), argmax(reference));
+    if same_top {
+        assert_eq!(ours_top, top, "step {step}: the likeliest token");
+    }
+    let near = |i: Option<usize>| i.map_or(f32::MIN, |i| reference[i]);
+    assert!(
+        near(ours_top) >= near(top) - 2.0 * share * (hi - lo),
+        "step {step}: our likeliest token is far from the reference's"
     );
 }
 
-fn compare(path: &Path, share: f32, mut reference: impl FnMut(&Tensor, usize) -> Tensor) {
+fn compare(
+    path: &Path,
+    share: f32,
+    same_top: bool,
+    mut reference: impl FnMut(&Tensor, usize) -> Tensor,
+) {
     let ours = logits_after(path, &STEPS).unwrap();
     let mut position = 0;
     for (step, (tokens, ours)) in STEPS.iter().zip(&ours).enumerate() {
@@ -70,7 +83,7 @@ fn compare(path: &Path, share: f32, mut reference: impl FnMut(&Tensor, usize) ->
         let want = reference(&input, position);
         position += tokens.len();
         let want = want.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
-        assert_close(step, ours, &want, share);
+        assert_close(step, ours, &want, share, same_top);
     }
 }
 
@@ -85,7 +98,7 @@ fn the_decoder_reads_the_test_model_as_candle_s_llama_does() {
     let path = test_model();
     let (mut file, ct) = content(&path);
     let mut model = quantized_llama::ModelWeights::from_gguf(ct, &mut file, &Device::Cpu).unwrap();
-    compare(&path, 0.04, |input, position| {
+    compare(&path, 0.04, true, |input, position| {
         model.forward(input, position).unwrap()
     });
 }
@@ -97,7 +110,7 @@ fn the_decoder_reads_a_llama_model_as_candle_s_llama_does_in_f32() {
     tiny_model("llama", &path, 64);
     let (mut file, ct) = content(&path);
     let mut model = quantized_llama::ModelWeights::from_gguf(ct, &mut file, &Device::Cpu).unwrap();
-    compare(&path, 0.015, |input, position| {
+    compare(&path, 0.015, false, |input, position| {
         model.forward(input, position).unwrap()
     });
 }
@@ -109,7 +122,29 @@ fn the_decoder_reads_a_qwen2_model_as_candle_s_qwen2_does_in_f32() {
     tiny_model("qwen2", &path, 64);
     let (mut file, ct) = content(&path);
     let mut model = quantized_qwen2::ModelWeights::from_gguf(ct, &mut file, &Device::Cpu).unwrap();
-    compare(&path, 0.015, |input, position| {
+    compare(&path, 0.015, false, |input, position| {
         model.forward(input, position).unwrap()
     });
+}
+
+#[test]
+fn clones_that_read_on_from_one_prefix_leave_it_and_each_other_unchanged() {
+    let path = test_model();
+    let (prefix, branches) = (STEPS[0], [STEPS[2], STEPS[3], STEPS[1]]);
+    let got = logits_of_branches(&path, prefix, &branches).unwrap();
+    // The last result is the prefix's own model reading the first branch after
+    // every clone has written to its copy of the cache.
+    let expected = branches.iter().chain([&branches[0]]);
+    for (i, (branch, got)) in expected.zip(&got).enumerate() {
+        let fresh = logits_after(&path, &[prefix, branch]).unwrap();
+        let worst = got
+            .iter()
+            .zip(&fresh[1])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst < 1e-4,
+            "branch {i}: differs from a fresh read by {worst}"
+        );
+    }
 }

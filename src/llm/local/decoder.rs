@@ -24,10 +24,11 @@ use candle_transformers::quantized_nn::RmsNorm;
 use candle_transformers::utils::build_causal_mask;
 use deskbell_kernels::attention::{Heads, attend, rope};
 
-use super::linear::Linear;
+use super::linear::{BATCH_FROM_TOKENS, Linear};
 
-/// From this many tokens in one step, attention uses candle's matrix products.
-const BATCHED_FROM_TOKENS: usize = 8;
+/// Positions of room a cache copied from a shared one gets, so that the answer's
+/// tokens are appended without moving it again.
+const ROOM: usize = 256;
 
 /// A layer's cached keys and values (`positions × kv_heads × dim` each). Clones
 /// share them until one appends: then that one copies first, so a kept prompt
@@ -47,15 +48,31 @@ impl Cache {
         keys: &[f32],
         values: &[f32],
     ) -> Result<()> {
-        if self.keys.len() < position * width {
+        let kept = position * width;
+        if self.keys.len() < kept || self.values.len() < kept {
             bail!("the cache holds fewer positions than the step starts at");
         }
         for (cache, new) in [(&mut self.keys, keys), (&mut self.values, values)] {
-            let cache = Arc::make_mut(cache);
-            cache.truncate(position * width);
-            cache.extend_from_slice(new);
+            if let Some(own) = Arc::get_mut(cache) {
+                own.truncate(kept);
+                own.extend_from_slice(new);
+                continue;
+            }
+            // Shared with a clone: copy what is kept, with room for an answer.
+            let mut copy = Vec::with_capacity(kept + new.len() + ROOM * width);
+            copy.extend_from_slice(&cache[..kept]);
+            copy.extend_from_slice(new);
+            *cache = Arc::new(copy);
         }
         Ok(())
+    }
+
+    fn shrink(&mut self) {
+        for cache in [&mut self.keys, &mut self.values] {
+            if let Some(own) = Arc::get_mut(cache) {
+                own.shrink_to_fit();
+            }
+        }
     }
 }
 
@@ -136,7 +153,7 @@ impl Layer {
         self.cache.append(position, kv_width, &k, &v)?;
         let (keys, values) = (&self.cache.keys, &self.cache.values);
         let y = match mask {
-            Some(mask) if tokens >= BATCHED_FROM_TOKENS => {
+            Some(mask) if tokens >= BATCH_FROM_TOKENS => {
                 batched(shape.heads, &q, keys, values, tokens, mask)?
             }
             _ => {
@@ -249,9 +266,11 @@ impl<R: std::io::Seek + std::io::Read> File<'_, R> {
 }
 
 impl ModelWeights {
-    /// Loads a model of architecture `arch` ("llama" or "qwen2").
+    /// Loads a model of architecture `arch` ("llama" or "qwen2") for `context`
+    /// positions.
     pub fn from_gguf<R: std::io::Seek + std::io::Read>(
         arch: &str,
+        context: usize,
         ct: gguf_file::Content,
         reader: &mut R,
     ) -> Result<Self> {
@@ -267,9 +286,6 @@ impl ModelWeights {
         let embedding_length = md("embedding_length")?.to_u32()? as usize;
         let block_count = md("block_count")?.to_u32()? as usize;
         let rms_norm_eps = md("attention.layer_norm_rms_epsilon")?.to_f32()? as f64;
-        let context = md("context_length")
-            .and_then(|v| v.to_u32())
-            .unwrap_or(4096) as usize;
         let rope_freq_base = md("rope.freq_base")
             .and_then(|v| v.to_f32())
             .unwrap_or(10000f32);
@@ -279,6 +295,12 @@ impl ModelWeights {
             );
         }
         let head_dim = embedding_length / head_count;
+        if head_dim == 0 || !head_dim.is_multiple_of(2) || head_dim * head_count != embedding_length
+        {
+            bail!(
+                "the model's {embedding_length} wide embedding does not split into {head_count} even heads"
+            );
+        }
         if let Ok(rope) = md("rope.dimension_count")
             && rope.to_u32()? as usize != head_dim
         {
@@ -305,7 +327,7 @@ impl ModelWeights {
         } else {
             embeddings.clone()
         };
-        let mut layers = Vec::with_capacity(block_count);
+        let mut layers = Vec::new();
         for index in 0..block_count {
             let name = |part: &str| format!("blk.{index}.{part}");
             let qkv_bias = if file.has(&name("attn_q.bias")) {
@@ -325,7 +347,12 @@ impl ModelWeights {
                 Linear::stack(&parts.iter().collect::<Vec<_>>())
             };
             let qkv = stack(&["attn_q.weight", "attn_k.weight", "attn_v.weight"])?;
-            let gate_up = stack(&["ffn_gate.weight", "ffn_up.weight"])?;
+            let gate = file.linear(&name("ffn_gate.weight"))?;
+            let up = file.linear(&name("ffn_up.weight"))?;
+            if gate.rows() == 0 || gate.rows() != up.rows() {
+                bail!("layer {index}'s gate and up projections differ in size");
+            }
+            let gate_up = Linear::stack(&[&gate, &up])?;
             let expected = (head_count + 2 * head_count_kv) * head_dim;
             if qkv.rows() != expected || qkv_bias.as_ref().is_some_and(|b| b.len() != expected) {
                 bail!("layer {index}'s attention projections do not fit its heads");
@@ -357,6 +384,13 @@ impl ModelWeights {
         }
     }
 
+    /// Gives back each layer's spare cache room.
+    pub fn shrink_cache(&mut self) {
+        for layer in self.layers.iter_mut() {
+            layer.cache.shrink();
+        }
+    }
+
     /// The memory the weights take (a tied output head counted once).
     pub fn weight_bytes(&self) -> usize {
         let layers: usize = self
@@ -382,7 +416,7 @@ impl ModelWeights {
             bail!("the prompt is longer than the model's context");
         }
         // A mask only for a batched step; it is cheap next to the step, so not kept.
-        let mask = if tokens >= BATCHED_FROM_TOKENS {
+        let mask = if tokens >= BATCH_FROM_TOKENS {
             Some(build_causal_mask(tokens, index_pos, &Device::Cpu)?)
         } else {
             None

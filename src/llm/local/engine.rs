@@ -177,6 +177,7 @@ impl Engine {
         for (i, chunk) in prefix.chunks(CHUNK).enumerate() {
             model.forward(chunk, i * CHUNK)?;
         }
+        model.shrink();
         self.prefixes.put(prefix.to_vec(), model.clone());
         Ok(model)
     }

@@ -12,11 +12,12 @@
 use std::sync::Arc;
 
 use candle_core::quantized::QTensor;
-use candle_core::{Device, Error, Result, Tensor};
+use candle_core::{CpuStorage, Device, Error, Result, Storage, Tensor};
 use deskbell_kernels::{BLOCK, Q8Matrix};
 
-/// From this many tokens in one step, a layer expands its weights and uses the GEMM.
-const GEMM_FROM_TOKENS: usize = 8;
+/// From this many tokens in one step, a layer expands its weights and uses the
+/// GEMM, and attention uses candle's matrix products (`decoder.rs`).
+pub const BATCH_FROM_TOKENS: usize = 8;
 
 /// A weight matrix of `rows` outputs by `cols` inputs.
 #[derive(Clone, Debug)]
@@ -36,9 +37,15 @@ impl Linear {
         if !cols.is_multiple_of(BLOCK) {
             return Ok(Linear::Dense(values));
         }
-        let flat = values.flatten_all()?.to_vec1::<f32>()?;
-        let matrix = Q8Matrix::quantize(rows, cols, &flat).map_err(Error::wrap)?;
-        Ok(Linear::Quantized(Arc::new(matrix)))
+        // Read in place: a copy would double the largest tensor's memory at load.
+        let (storage, layout) = values.storage_and_layout();
+        let matrix = match (&*storage, layout.contiguous_offsets()) {
+            (Storage::Cpu(CpuStorage::F32(data)), Some((start, end))) => {
+                Q8Matrix::quantize(rows, cols, &data[start..end])
+            }
+            _ => Q8Matrix::quantize(rows, cols, &values.flatten_all()?.to_vec1::<f32>()?),
+        };
+        Ok(Linear::Quantized(Arc::new(matrix.map_err(Error::wrap)?)))
     }
 
     /// The rows for `ids` (a tensor of token ids), as an embedding table.
@@ -108,7 +115,7 @@ impl Linear {
     /// `x` holds `tokens` vectors of the matrix's width; returns `tokens × rows`.
     pub fn apply(&self, x: &[f32], tokens: usize) -> Result<Vec<f32>> {
         if let Linear::Quantized(m) = self
-            && tokens < GEMM_FROM_TOKENS
+            && tokens < BATCH_FROM_TOKENS
         {
             let mut out = vec![0f32; tokens * m.rows()];
             m.matmul(x, tokens, &mut out).map_err(Error::wrap)?;

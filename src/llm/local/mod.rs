@@ -149,6 +149,27 @@ pub fn logits_after(path: &std::path::Path, steps: &[&[u32]]) -> anyhow::Result<
     Ok(logits)
 }
 
+/// The logits after each of `branches`, each read by a clone of one model that has
+/// read `prefix`; then that model itself reads the first branch, and its logits come
+/// last. For the test that holds the clones' shared key cache to copy on write.
+#[doc(hidden)]
+pub fn logits_of_branches(
+    path: &std::path::Path,
+    prefix: &[u32],
+    branches: &[&[u32]],
+) -> anyhow::Result<Vec<Vec<f32>>> {
+    let mut root = model::load(path, None)?.weights;
+    root.forward(prefix, 0)?;
+    let mut logits = Vec::new();
+    for branch in branches {
+        logits.push(root.clone().forward(branch, prefix.len())?);
+    }
+    if let Some(first) = branches.first() {
+        logits.push(root.forward(first, prefix.len())?);
+    }
+    Ok(logits)
+}
+
 impl LocalProvider {
     /// Makes the next turn's generation panic, so tests can hold that the worker
     /// survives one. Nothing else calls it.

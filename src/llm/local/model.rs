@@ -1,10 +1,10 @@
 //! A GGUF model in memory behind one `forward`.
 //!
 //! The model keeps its attention cache inside the weights value and is `Clone`: a
-//! clone shares every weight and the cached keys so far, and new tokens are
-//! appended to fresh tensors. That is what makes the prompt-prefix cache cheap: the
-//! worker keeps a clone that has read the prefix and starts each turn from another
-//! clone of it.
+//! clone shares every weight and the cached keys so far, and the first clone to
+//! append copies the keys before writing (`decoder.rs`). That is what makes the
+//! prompt-prefix cache cheap: the worker keeps a clone that has read the prefix and
+//! starts each turn from another clone of it.
 
 use std::fs::File;
 use std::path::Path;
@@ -39,7 +39,15 @@ impl Weights {
     pub fn bytes(&self) -> usize {
         self.0.weight_bytes()
     }
+
+    /// Gives back the spare room of the key/value cache, before the model is kept.
+    pub fn shrink(&mut self) {
+        self.0.shrink_cache();
+    }
 }
+
+/// The longest context used, whatever a file says (Qwen2.5's is 32,768).
+const MAX_CONTEXT: usize = 32_768;
 
 pub struct Loaded {
     pub weights: Weights,
@@ -60,15 +68,19 @@ pub fn load(path: &Path, tokenizer: Option<&Path>) -> anyhow::Result<Loaded> {
         .and_then(|v| v.to_string().ok())
         .cloned()
         .unwrap_or_default();
+    // The rotary tables are built for the whole context, so a file cannot ask for
+    // more than a CPU could read anyway.
     let context = content
         .metadata
         .get(&format!("{architecture}.context_length"))
         .and_then(|v| v.to_u32().ok())
-        .unwrap_or(2048) as usize;
+        .map_or(2048, |c| c as usize)
+        .min(MAX_CONTEXT);
     let vocab = Vocab::load(&content, tokenizer)?;
     let weights = match architecture.as_str() {
         "llama" | "qwen2" => Weights(Box::new(ModelWeights::from_gguf(
             &architecture,
+            context,
             content,
             &mut file,
         )?)),
