@@ -103,28 +103,38 @@ fn the_decoder_reads_the_test_model_as_candle_s_llama_does() {
     });
 }
 
-#[test]
-fn the_decoder_reads_a_llama_model_as_candle_s_llama_does_in_f32() {
+/// A tiny random model of `arch` with f32 weights, against candle's model of it.
+fn against_tiny<M>(
+    arch: &str,
+    load: fn(gguf_file::Content, &mut std::fs::File, &Device) -> candle_core::Result<M>,
+    forward: fn(&mut M, &Tensor, usize) -> candle_core::Result<Tensor>,
+) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny-llama.gguf");
-    tiny_model("llama", &path, 64);
+    let path = dir.path().join(format!("tiny-{arch}.gguf"));
+    tiny_model(arch, &path, 64);
     let (mut file, ct) = content(&path);
-    let mut model = quantized_llama::ModelWeights::from_gguf(ct, &mut file, &Device::Cpu).unwrap();
+    let mut model = load(ct, &mut file, &Device::Cpu).unwrap();
     compare(&path, 0.015, false, |input, position| {
-        model.forward(input, position).unwrap()
+        forward(&mut model, input, position).unwrap()
     });
 }
 
 #[test]
+fn the_decoder_reads_a_llama_model_as_candle_s_llama_does_in_f32() {
+    against_tiny(
+        "llama",
+        quantized_llama::ModelWeights::from_gguf,
+        quantized_llama::ModelWeights::forward,
+    );
+}
+
+#[test]
 fn the_decoder_reads_a_qwen2_model_as_candle_s_qwen2_does_in_f32() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny-qwen2.gguf");
-    tiny_model("qwen2", &path, 64);
-    let (mut file, ct) = content(&path);
-    let mut model = quantized_qwen2::ModelWeights::from_gguf(ct, &mut file, &Device::Cpu).unwrap();
-    compare(&path, 0.015, false, |input, position| {
-        model.forward(input, position).unwrap()
-    });
+    against_tiny(
+        "qwen2",
+        quantized_qwen2::ModelWeights::from_gguf,
+        quantized_qwen2::ModelWeights::forward,
+    );
 }
 
 #[test]
