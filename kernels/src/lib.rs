@@ -156,11 +156,10 @@ impl Q8Matrix {
         check_len(self.cols, out.len())?;
         let bpr = self.blocks_per_row();
         let range = row * bpr..(row + 1) * bpr;
-        expand(
-            &self.scales[range.clone()],
-            &self.quants[range],
-            out.as_chunks_mut::<BLOCK>().0,
-        );
+        let blocks = self.scales[range.clone()].iter().zip(&self.quants[range]);
+        for (out, (scale, q)) in out.as_chunks_mut::<BLOCK>().0.iter_mut().zip(blocks) {
+            *out = block_values(q, *scale);
+        }
         Ok(())
     }
 
@@ -291,17 +290,10 @@ fn dot(scales: &[f32], quants: &[[i8; BLOCK]], x: &[[f32; BLOCK]]) -> f32 {
     acc.iter().sum()
 }
 
-#[multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
-    "x86_64+avx2+fma",
-    "aarch64+neon"
-))]
-fn expand(scales: &[f32], quants: &[[i8; BLOCK]], out: &mut [[f32; BLOCK]]) {
-    for ((scale, q), out) in scales.iter().zip(quants).zip(out) {
-        for (out, q) in out.iter_mut().zip(q) {
-            *out = f32::from(*q) * scale;
-        }
-    }
+/// A block's values: its integers times its scale.
+#[inline(always)]
+fn block_values(q: &[i8; BLOCK], scale: f32) -> [f32; BLOCK] {
+    q.map(|v| f32::from(v) * scale)
 }
 
 #[multiversion(targets(
@@ -311,7 +303,7 @@ fn expand(scales: &[f32], quants: &[[i8; BLOCK]], out: &mut [[f32; BLOCK]]) {
 ))]
 fn expand_into(scales: &[f32], quants: &[[i8; BLOCK]], out: &mut [MaybeUninit<[f32; BLOCK]>]) {
     for ((scale, q), out) in scales.iter().zip(quants).zip(out) {
-        out.write(q.map(|v| f32::from(v) * scale));
+        out.write(block_values(q, *scale));
     }
 }
 

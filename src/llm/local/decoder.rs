@@ -152,11 +152,10 @@ impl Layer {
         turn(&mut k, kv_heads)?;
         self.cache.append(position, kv_width, &k, &v)?;
         let (keys, values) = (&self.cache.keys, &self.cache.values);
+        // The forward pass builds a mask exactly for the batched steps.
         let y = match mask {
-            Some(mask) if tokens >= BATCH_FROM_TOKENS => {
-                batched(shape.heads, &q, keys, values, tokens, mask)?
-            }
-            _ => {
+            Some(mask) => batched(shape.heads, &q, keys, values, tokens, mask)?,
+            None => {
                 let mut y = vec![0f32; q.len()];
                 attend(&q, keys, values, shape.heads, position, &mut y)
                     .map_err(candle_core::Error::wrap)?;

@@ -76,9 +76,7 @@ impl Linear {
             Linear::Dense(t) => t.elem_count() * size_of::<f32>(),
         }
     }
-}
 
-impl Linear {
     pub fn rows(&self) -> usize {
         match self {
             Linear::Quantized(m) => m.rows(),
