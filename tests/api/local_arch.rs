@@ -25,9 +25,40 @@ pub fn tiny_qwen2(path: &std::path::Path, context: u32) {
     tiny_model("qwen2", path, context);
 }
 
+/// The shape of a tiny model, where a test wants another than the usual one.
+pub struct Tiny {
+    pub hidden: usize,
+    pub heads: usize,
+    /// Rows of the up projection (the gate has `FFN`).
+    pub up: usize,
+    /// An output head of its own instead of the embedding table's.
+    pub own_output: bool,
+}
+
+impl Default for Tiny {
+    fn default() -> Self {
+        Self {
+            hidden: HIDDEN,
+            heads: HEADS,
+            up: FFN,
+            own_output: false,
+        }
+    }
+}
+
 /// A tiny model of architecture `arch` ("qwen2", with q/k/v biases, or "llama")
 /// with random f32 weights and the test model's vocabulary.
 pub fn tiny_model(arch: &str, path: &std::path::Path, context: u32) {
+    tiny_model_shaped(arch, path, context, &Tiny::default());
+}
+
+pub fn tiny_model_shaped(arch: &str, path: &std::path::Path, context: u32, tiny: &Tiny) {
+    let &Tiny {
+        hidden,
+        heads,
+        up,
+        own_output,
+    } = tiny;
     let mut source = std::fs::File::open(test_model()).unwrap();
     let vocab = gguf_file::Content::read(&mut source).unwrap();
     let words = vocab.metadata["tokenizer.ggml.tokens"]
@@ -43,36 +74,39 @@ pub fn tiny_model(arch: &str, path: &std::path::Path, context: u32) {
     use gguf_file::Value::{F32, String as S, U32};
     metadata.push(("general.architecture".into(), S(arch.into())));
     for (key, value) in [
-        ("attention.head_count", U32(HEADS as u32)),
+        ("attention.head_count", U32(heads as u32)),
         ("attention.head_count_kv", U32(KV_HEADS as u32)),
-        ("embedding_length", U32(HIDDEN as u32)),
+        ("embedding_length", U32(hidden as u32)),
         ("context_length", U32(context)),
         ("block_count", U32(LAYERS as u32)),
         ("attention.layer_norm_rms_epsilon", F32(1e-6)),
         ("rope.freq_base", F32(10000.0)),
-        ("rope.dimension_count", U32((HIDDEN / HEADS) as u32)),
+        ("rope.dimension_count", U32((hidden / heads) as u32)),
     ] {
         metadata.push((format!("{arch}.{key}"), value));
     }
-    let kv = HIDDEN / HEADS * KV_HEADS;
+    let kv = hidden / heads * KV_HEADS;
     let mut shapes: Vec<(String, Vec<usize>)> = vec![
-        ("token_embd.weight".into(), vec![words, HIDDEN]),
-        ("output_norm.weight".into(), vec![HIDDEN]),
+        ("token_embd.weight".into(), vec![words, hidden]),
+        ("output_norm.weight".into(), vec![hidden]),
     ];
+    if own_output {
+        shapes.push(("output.weight".into(), vec![words, hidden]));
+    }
     for l in 0..LAYERS {
         for (name, shape) in [
-            ("attn_q.weight", vec![HIDDEN, HIDDEN]),
-            ("attn_q.bias", vec![HIDDEN]),
-            ("attn_k.weight", vec![kv, HIDDEN]),
+            ("attn_q.weight", vec![hidden, hidden]),
+            ("attn_q.bias", vec![hidden]),
+            ("attn_k.weight", vec![kv, hidden]),
             ("attn_k.bias", vec![kv]),
-            ("attn_v.weight", vec![kv, HIDDEN]),
+            ("attn_v.weight", vec![kv, hidden]),
             ("attn_v.bias", vec![kv]),
-            ("attn_output.weight", vec![HIDDEN, HIDDEN]),
-            ("ffn_gate.weight", vec![FFN, HIDDEN]),
-            ("ffn_up.weight", vec![FFN, HIDDEN]),
-            ("ffn_down.weight", vec![HIDDEN, FFN]),
-            ("attn_norm.weight", vec![HIDDEN]),
-            ("ffn_norm.weight", vec![HIDDEN]),
+            ("attn_output.weight", vec![hidden, hidden]),
+            ("ffn_gate.weight", vec![FFN, hidden]),
+            ("ffn_up.weight", vec![up, hidden]),
+            ("ffn_down.weight", vec![hidden, FFN]),
+            ("attn_norm.weight", vec![hidden]),
+            ("ffn_norm.weight", vec![hidden]),
         ] {
             if arch == "qwen2" || !name.ends_with(".bias") {
                 shapes.push((format!("blk.{l}.{name}"), shape));

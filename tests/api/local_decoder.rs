@@ -18,7 +18,7 @@ use candle_transformers::models::{quantized_llama, quantized_qwen2};
 use deskbell::llm::local::{logits_after, logits_of_branches};
 
 use crate::local::test_model;
-use crate::local_arch::tiny_model;
+use crate::local_arch::{Tiny, tiny_model_shaped};
 
 const STEPS: [&[u32]; 4] = [
     &[1, 504, 3458, 314, 253, 1345],
@@ -106,12 +106,13 @@ fn the_decoder_reads_the_test_model_as_candle_s_llama_does() {
 /// A tiny random model of `arch` with f32 weights, against candle's model of it.
 fn against_tiny<M>(
     arch: &str,
+    tiny: &Tiny,
     load: fn(gguf_file::Content, &mut std::fs::File, &Device) -> candle_core::Result<M>,
     forward: fn(&mut M, &Tensor, usize) -> candle_core::Result<Tensor>,
 ) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("tiny-{arch}.gguf"));
-    tiny_model(arch, &path, 64);
+    tiny_model_shaped(arch, &path, 64, tiny);
     let (mut file, ct) = content(&path);
     let mut model = load(ct, &mut file, &Device::Cpu).unwrap();
     compare(&path, 0.015, false, |input, position| {
@@ -123,6 +124,7 @@ fn against_tiny<M>(
 fn the_decoder_reads_a_llama_model_as_candle_s_llama_does_in_f32() {
     against_tiny(
         "llama",
+        &Tiny::default(),
         quantized_llama::ModelWeights::from_gguf,
         quantized_llama::ModelWeights::forward,
     );
@@ -132,9 +134,53 @@ fn the_decoder_reads_a_llama_model_as_candle_s_llama_does_in_f32() {
 fn the_decoder_reads_a_qwen2_model_as_candle_s_qwen2_does_in_f32() {
     against_tiny(
         "qwen2",
+        &Tiny::default(),
         quantized_qwen2::ModelWeights::from_gguf,
         quantized_qwen2::ModelWeights::forward,
     );
+}
+
+/// Rows of 40 values are not whole blocks, so those matrices stay f32 (the
+/// kernels' fallback), and the output head is the file's own, not the embeddings'.
+#[test]
+fn the_decoder_reads_f32_fallback_matrices_and_an_own_output_head_as_candle_does() {
+    let tiny = Tiny {
+        hidden: 40,
+        own_output: true,
+        ..Tiny::default()
+    };
+    against_tiny(
+        "llama",
+        &tiny,
+        quantized_llama::ModelWeights::from_gguf,
+        quantized_llama::ModelWeights::forward,
+    );
+}
+
+#[test]
+fn a_model_whose_heads_or_projections_do_not_fit_is_refused_with_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    for (tiny, wrong) in [
+        (
+            Tiny {
+                hidden: 66,
+                ..Tiny::default()
+            },
+            "does not split into 4 even heads",
+        ),
+        (
+            Tiny {
+                up: 96,
+                ..Tiny::default()
+            },
+            "gate and up projections differ in size",
+        ),
+    ] {
+        let path = dir.path().join("misshapen.gguf");
+        tiny_model_shaped("llama", &path, 64, &tiny);
+        let refused = logits_after(&path, &[&[1, 2]]).unwrap_err();
+        assert!(format!("{refused:#}").contains(wrong), "{refused:#}");
+    }
 }
 
 #[test]
