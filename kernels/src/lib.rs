@@ -4,14 +4,19 @@
 //! block with its own f32 scale (GGML's Q8_0 layout, but with an f32 scale): 1.125
 //! bytes a weight, against 4 for f32. Generating a token multiplies every weight
 //! once, so its speed is set by the bytes read per token, and these are a quarter.
-//! Reading a prompt multiplies each weight by many tokens, where a tuned f32 GEMM
-//! wins; for that the caller expands one matrix at a time with [`Q8Matrix::dequantize`].
+//! Reading a prompt multiplies each weight by many tokens, so there arithmetic
+//! sets the speed: [`Q8Matrix::product`] quantizes the tokens to 8 bits too and
+//! multiplies in integers where the CPU has AVX-512 VNNI (`int8.rs`); elsewhere
+//! the caller does better to expand one matrix at a time with
+//! [`Q8Matrix::dequantize`] for a tuned f32 GEMM ([`has_int8_product`] tells which).
 //!
-//! Every loop here is plain safe Rust written so the compiler vectorises it, and
-//! each is compiled several times (AVX-512, AVX2 with FMA, NEON and the baseline) by
-//! `multiversion`, which picks the best the CPU has when first called. That is the
-//! point of this crate: candle chooses its quantized kernels at compile time, so a
-//! portable build of it multiplies quantized weights with scalar code.
+//! Every other loop here is plain safe Rust written so the compiler vectorises it,
+//! and each is compiled several times (AVX-512, AVX2 with FMA, NEON and the
+//! baseline) by `multiversion`, which picks the best the CPU has when first called.
+//! That is the point of this crate: candle chooses its quantized kernels at compile
+//! time, so a portable build of it multiplies quantized weights with scalar code.
+//! The 8-bit product is written with intrinsics because no plain loop compiles to
+//! `vpdpbusd` against a broadcast operand; it too is chosen at run time.
 //!
 //! It is its own crate so that it is optimised even in debug builds: the test
 //! suite runs a real model through these loops.
@@ -23,6 +28,8 @@ use multiversion::multiversion;
 use rayon::prelude::*;
 
 pub mod attention;
+#[cfg(target_arch = "x86_64")]
+mod int8;
 
 /// Weights per block; each block has one scale.
 pub const BLOCK: usize = 32;
@@ -81,6 +88,8 @@ pub struct Q8Matrix {
     /// One scale per block, row after row.
     scales: Vec<f32>,
     quants: Vec<[i8; BLOCK]>,
+    /// Each block's integers added up, which the 8-bit product needs (`int8.rs`).
+    sums: Vec<i16>,
 }
 
 impl Q8Matrix {
@@ -92,12 +101,15 @@ impl Q8Matrix {
         }
         check_len(rows * cols, values.len())?;
         let (blocks, _) = values.as_chunks::<BLOCK>();
-        let (scales, quants) = blocks.par_iter().map(quantize_block).unzip();
+        let (scales, quants): (Vec<f32>, Vec<[i8; BLOCK]>) =
+            blocks.par_iter().map(quantize_block).unzip();
+        let sums = quants.par_iter().map(block_sum).collect();
         Ok(Self {
             rows,
             cols,
             scales,
             quants,
+            sums,
         })
     }
 
@@ -125,6 +137,7 @@ impl Q8Matrix {
                 .iter()
                 .flat_map(|m| m.quants.iter().copied())
                 .collect(),
+            sums: parts.iter().flat_map(|m| m.sums.iter().copied()).collect(),
         })
     }
 
@@ -138,7 +151,9 @@ impl Q8Matrix {
 
     /// The memory the weights take.
     pub fn bytes(&self) -> usize {
-        self.scales.len() * size_of::<f32>() + self.quants.len() * BLOCK
+        self.scales.len() * size_of::<f32>()
+            + self.quants.len() * BLOCK
+            + self.sums.len() * size_of::<i16>()
     }
 
     fn blocks_per_row(&self) -> usize {
@@ -223,6 +238,37 @@ impl Q8Matrix {
         }
         Ok(())
     }
+
+    /// The same product as [`Q8Matrix::matmul`] for many tokens: where
+    /// [`has_int8_product`], the tokens are quantized to 8 bits in blocks of 32 too
+    /// (each value within half a step of its block's largest magnitude over 127)
+    /// and multiplied in integers; elsewhere it is `matmul`.
+    pub fn product(&self, x: &[f32], tokens: usize, out: &mut [f32]) -> Result<(), ShapeError> {
+        check_len(tokens * self.cols, x.len())?;
+        check_len(tokens * self.rows, out.len())?;
+        #[cfg(target_arch = "x86_64")]
+        if int8::available() {
+            if tokens > 0 && self.rows > 0 {
+                int8::product(self, x, tokens, out);
+            }
+            return Ok(());
+        }
+        self.matmul(x, tokens, out)
+    }
+}
+
+/// Whether [`Q8Matrix::product`] multiplies in 8 bits on this CPU (AVX-512 VNNI);
+/// elsewhere it is [`Q8Matrix::matmul`], and a caller with many tokens does better
+/// to expand the matrix for an f32 GEMM.
+pub fn has_int8_product() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        int8::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 fn check_len(expected: usize, got: usize) -> Result<(), ShapeError> {
@@ -231,6 +277,11 @@ fn check_len(expected: usize, got: usize) -> Result<(), ShapeError> {
     } else {
         Err(ShapeError::Length { expected, got })
     }
+}
+
+fn block_sum(q: &[i8; BLOCK]) -> i16 {
+    // At most 32 × 127 in magnitude, well within an i16.
+    q.iter().map(|v| i16::from(*v)).sum()
 }
 
 fn quantize_block(block: &[f32; BLOCK]) -> (f32, [i8; BLOCK]) {

@@ -73,6 +73,78 @@ proptest! {
     }
 }
 
+/// Many tokens: several panels of sixteen and a part of one.
+fn many_tokens_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
+    (1usize..40, 1usize..5, 8usize..41).prop_flat_map(|(rows, blocks, tokens)| {
+        let cols = blocks * BLOCK;
+        (
+            Just(rows),
+            Just(cols),
+            Just(tokens),
+            prop::collection::vec(-4f32..4.0, rows * cols),
+            prop::collection::vec(-4f32..4.0, tokens * cols),
+        )
+    })
+}
+
+/// How far quantizing vector `t` to 8 bits can move row `r` · vector `t`: each
+/// value moves at most half its block's step, times the weight it meets.
+fn token_rounding(w: &[f32], x: &[f32], cols: usize, r: usize, t: usize) -> f64 {
+    let row = &w[r * cols..(r + 1) * cols];
+    let v = &x[t * cols..(t + 1) * cols];
+    row.chunks(BLOCK)
+        .zip(v.chunks(BLOCK))
+        .map(|(w, v)| {
+            let step = v.iter().fold(0f64, |m, x| m.max(f64::from(x.abs()))) / 127.0;
+            w.iter().map(|w| f64::from(w.abs())).sum::<f64>() * step * 0.5
+        })
+        .sum()
+}
+
+proptest! {
+    #[test]
+    fn a_product_of_many_tokens_is_within_their_rounding_for_any_shape(
+        (rows, cols, tokens, values, x) in many_tokens_case()
+    ) {
+        let m = Q8Matrix::quantize(rows, cols, &values).unwrap();
+        let w = m.dequantize();
+        let mut out = vec![f32::NAN; rows * tokens];
+        m.product(&x, tokens, &mut out).unwrap();
+        for t in 0..tokens {
+            for r in 0..rows {
+                let (want, magnitude) = reference(&w, &x, cols, r, t);
+                let bound = token_rounding(&w, &x, cols, r, t) + 1e-5 * magnitude + 1e-6;
+                let got = f64::from(out[t * rows + r]);
+                prop_assert!((got - want).abs() <= bound, "row {r}, token {t}: {got} against {want}, bound {bound}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_product_of_many_tokens_rounds_them_only_where_the_cpu_multiplies_in_8_bits() {
+    // The second value is under half a step of its block, so it rounds to zero.
+    let mut weights = vec![0f32; BLOCK];
+    weights[1] = 1.0;
+    let mut x = vec![0f32; 8 * BLOCK];
+    for token in x.chunks_mut(BLOCK) {
+        token[0] = 1.0;
+        token[1] = 0.001;
+    }
+    let m = Q8Matrix::quantize(1, BLOCK, &weights).unwrap();
+    let mut out = vec![f32::NAN; 8];
+    m.product(&x, 8, &mut out).unwrap();
+    let want = if has_int8_product() { 0.0 } else { 0.001 };
+    assert!(out.iter().all(|v| (v - want).abs() < 1e-6), "{out:?}");
+    assert_eq!(
+        m.product(&x[1..], 8, &mut out),
+        Err(ShapeError::Length {
+            expected: 8 * BLOCK,
+            got: 8 * BLOCK - 1
+        })
+    );
+}
+
 #[test]
 fn stacked_matrices_keep_their_rows_in_order() {
     let a = Q8Matrix::quantize(2, 32, &[1.0; 64]).unwrap();
@@ -96,7 +168,8 @@ fn a_block_of_zeros_stays_zero_and_the_largest_value_is_exact() {
     assert!(back[..BLOCK].iter().all(|v| *v == 0.0));
     assert_eq!(back[BLOCK + 3], -2.5);
     assert!((back[BLOCK + 4] - 1.0).abs() < 2.5 / 127.0);
-    assert_eq!(m.bytes(), 2 * (4 + BLOCK));
+    // A scale, the integers and their sum per block.
+    assert_eq!(m.bytes(), 2 * (4 + BLOCK + 2));
 }
 
 #[test]

@@ -7,8 +7,9 @@
 //! arithmetic); a wrong rotary layout, a lost bias or a misplaced cached key
 //! moves them by far more.
 //! The steps read a prompt, one generated token (the kernels' own product), nine
-//! tokens at once (the expanded weights and candle's GEMM) and three more (the end
-//! of a prompt after a cached prefix).
+//! tokens at once (the 8-bit product of many tokens, with the tokens rounded to 8
+//! bits too; or, on a CPU without AVX-512 VNNI, the expanded weights and candle's
+//! GEMM) and three more (the end of a prompt after a cached prefix).
 
 use std::path::Path;
 
