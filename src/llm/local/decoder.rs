@@ -9,6 +9,9 @@
 //!   own (`deskbell_kernels::attention`); the cache of keys and values is plain
 //!   memory appended in place, copied only when a clone that shares it appends;
 //!   a step of many tokens (a prompt) attends with candle's matrix products;
+//! - the hidden state is a plain vector between layers: the RMS norms and the
+//!   residual additions are loops here, not candle tensor operations, so a
+//!   generated token makes no tensor allocations around them;
 //! - one model serves both architectures: they differ only in metadata prefix,
 //!   the q/k/v biases (qwen2 has them) and the rotary embedding's layout (qwen2
 //!   rotates the two halves of a head, llama interleaved pairs, as llama.cpp);
@@ -19,8 +22,6 @@ use std::sync::Arc;
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Result, Tensor, bail};
-use candle_nn::Module;
-use candle_transformers::quantized_nn::RmsNorm;
 use candle_transformers::utils::build_causal_mask;
 use deskbell_kernels::attention::{Heads, attend, rope};
 
@@ -83,11 +84,11 @@ struct Layer {
     /// Their biases, in the same order (qwen2 only).
     qkv_bias: Option<Arc<Vec<f32>>>,
     wo: Linear,
-    attention_norm: RmsNorm,
+    attention_norm: Norm,
     /// The gate and up projections, in that order.
     gate_up: Linear,
     down: Linear,
-    ffn_norm: RmsNorm,
+    ffn_norm: Norm,
     cache: Cache,
 }
 
@@ -224,8 +225,37 @@ pub struct ModelWeights {
     embeddings: Linear,
     attention: Attention,
     layers: Vec<Layer>,
-    norm: RmsNorm,
+    norm: Norm,
     output: Linear,
+}
+
+/// An RMS norm: each token's vector over the root of its mean square (plus `eps`),
+/// times the weights, computed as candle's `rms_norm` does. Plain loops over the
+/// hidden state, rather than candle tensors, so a generated token's sixty norms
+/// and residual additions allocate nothing and wake no other thread.
+#[derive(Debug, Clone)]
+struct Norm {
+    weight: Arc<Vec<f32>>,
+    eps: f32,
+}
+
+impl Norm {
+    /// `x` holds whole vectors of the weights' width.
+    fn apply(&self, x: &[f32]) -> Vec<f32> {
+        let width = self.weight.len();
+        let mut out = Vec::with_capacity(x.len());
+        for row in x.chunks_exact(width) {
+            let sum2: f32 = row.iter().map(|v| v * v).sum();
+            let m = (sum2 / width as f32 + self.eps).sqrt();
+            out.extend(row.iter().zip(self.weight.iter()).map(|(v, w)| v / m * w));
+        }
+        out
+    }
+}
+
+/// `x += y`, element by element (a residual connection).
+fn add_into(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(x, y)| *x += y);
 }
 
 /// The rotary angles' cosines and sines, `positions × dim/2`.
@@ -259,8 +289,12 @@ impl<R: std::io::Seek + std::io::Read> File<'_, R> {
             .dequantize(&Device::Cpu)
     }
 
-    fn norm(&mut self, name: &str, eps: f64) -> Result<RmsNorm> {
-        RmsNorm::from_qtensor(self.ct.tensor(self.reader, name, &Device::Cpu)?, eps)
+    fn norm(&mut self, name: &str, eps: f64) -> Result<Norm> {
+        let weight = self.f32(name)?.flatten_all()?.to_vec1::<f32>()?;
+        Ok(Norm {
+            weight: Arc::new(weight),
+            eps: eps as f32,
+        })
     }
 }
 
@@ -420,23 +454,19 @@ impl ModelWeights {
         } else {
             None
         };
-        let mut hidden = self.embeddings.lookup(x)?;
-        let dims = hidden.dims().to_vec();
+        let mut hidden = self.embeddings.embed(&x.flatten_all()?.to_vec1::<u32>()?)?;
         for layer in self.layers.iter_mut() {
-            let normed = flat(&layer.attention_norm.forward(&hidden)?)?;
+            let normed = layer.attention_norm.apply(&hidden);
             let attn = layer.attend(&self.attention, &normed, tokens, mask.as_ref(), index_pos)?;
-            let x = (Tensor::from_vec(attn, dims.as_slice(), &Device::Cpu)? + &hidden)?;
-            let normed = flat(&layer.ffn_norm.forward(&x)?)?;
+            add_into(&mut hidden, &attn);
+            let normed = layer.ffn_norm.apply(&hidden);
             let mlp = layer.feed_forward(&normed, tokens)?;
-            hidden = (Tensor::from_vec(mlp, dims.as_slice(), &Device::Cpu)? + x)?;
+            add_into(&mut hidden, &mlp);
         }
-        let last = flat(&self.norm.forward(&hidden)?.narrow(1, tokens - 1, 1)?)?;
+        let width = hidden.len() / tokens;
+        let last = self.norm.apply(&hidden[(tokens - 1) * width..]);
         let logits = self.output.apply(&last, 1)?;
         let rows = logits.len();
         Tensor::from_vec(logits, (1, rows), &Device::Cpu)
     }
-}
-
-fn flat(x: &Tensor) -> Result<Vec<f32>> {
-    x.flatten_all()?.to_vec1::<f32>()
 }

@@ -50,23 +50,20 @@ impl Linear {
         Ok(Linear::Quantized(Arc::new(matrix.map_err(Error::wrap)?)))
     }
 
-    /// The rows for `ids` (a tensor of token ids), as an embedding table.
-    pub fn lookup(&self, ids: &Tensor) -> Result<Tensor> {
-        let mut dims = ids.dims().to_vec();
+    /// The rows for `ids`, one after another, as an embedding table.
+    pub fn embed(&self, ids: &[u32]) -> Result<Vec<f32>> {
         match self {
             Linear::Dense(table) => {
-                dims.push(table.dim(1)?);
-                table.index_select(&ids.flatten_all()?, 0)?.reshape(dims)
+                let ids = Tensor::new(ids, &Device::Cpu)?;
+                table.index_select(&ids, 0)?.flatten_all()?.to_vec1::<f32>()
             }
             Linear::Quantized(table) => {
-                let ids = ids.flatten_all()?.to_vec1::<u32>()?;
                 let cols = table.cols();
                 let mut out = vec![0f32; ids.len() * cols];
                 for (id, row) in ids.iter().zip(out.chunks_exact_mut(cols)) {
                     table.row(*id as usize, row).map_err(Error::wrap)?;
                 }
-                dims.push(cols);
-                Tensor::from_vec(out, dims, &Device::Cpu)
+                Ok(out)
             }
         }
     }
