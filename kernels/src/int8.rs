@@ -43,8 +43,12 @@ pub(crate) fn available() -> bool {
 }
 
 /// `out[t * rows + r]` = row `r` · token `t`, with the tokens quantized; the
-/// caller has checked the lengths and [`available`].
-pub(crate) fn product(m: &Q8Matrix, x: &[f32], tokens: usize, out: &mut [f32]) {
+/// caller has checked the lengths.
+///
+/// # Safety
+///
+/// [`available`] must have returned true: this runs AVX-512 VNNI instructions.
+pub(crate) unsafe fn product(m: &Q8Matrix, x: &[f32], tokens: usize, out: &mut [f32]) {
     let bpr = m.blocks_per_row();
     let (x, _) = x.as_chunks::<BLOCK>();
     // Each task takes one panel of tokens and writes only those tokens' outputs,
@@ -52,20 +56,30 @@ pub(crate) fn product(m: &Q8Matrix, x: &[f32], tokens: usize, out: &mut [f32]) {
     out.par_chunks_mut(PANEL * m.rows)
         .zip(x.par_chunks(PANEL * bpr))
         .for_each(|(out, x)| {
-            // SAFETY: `product` is only called when `available` found every
-            // feature this function is compiled for.
-            let (quants, scales) = unsafe { vnni::quantize_panel(x, bpr) };
-            panel_product(m, &quants, &scales, out);
+            // SAFETY: `product`'s caller found every feature these functions
+            // are compiled for (its own safety condition).
+            unsafe {
+                let (quants, scales) = vnni::quantize_panel(x, bpr);
+                panel_product(m, &quants, &scales, out);
+            }
         });
     debug_assert_eq!(out.len(), tokens * m.rows);
 }
 
 /// Every row of `m` against one panel; `out` is the panel's tokens' outputs.
-fn panel_product(m: &Q8Matrix, quants: &[PanelBlock], scales: &[[f32; PANEL]], out: &mut [f32]) {
+///
+/// # Safety
+///
+/// As for [`product`].
+unsafe fn panel_product(
+    m: &Q8Matrix,
+    quants: &[PanelBlock],
+    scales: &[[f32; PANEL]],
+    out: &mut [f32],
+) {
     let tokens = out.len() / m.rows;
     let whole = m.rows - m.rows % TILE;
-    // SAFETY: `product` is only called when `available` found every feature
-    // these functions are compiled for.
+    // SAFETY: the caller found the features (this function's own condition).
     unsafe {
         for row in (0..whole).step_by(TILE) {
             vnni::tile::<TILE>(m, row, quants, scales, tokens, out);
@@ -102,12 +116,21 @@ mod vnni {
                 let (lo, hi) =
                     unsafe { (_mm512_loadu_ps(lo.as_ptr()), _mm512_loadu_ps(hi.as_ptr())) };
                 let max = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-                // A block of zeros (or one that is not a number) stays zero.
-                if !(max > 0.0 && max.is_finite()) {
+                let unordered = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(lo, lo)
+                    | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(hi, hi);
+                // A value that is not a finite number makes the token's products
+                // not a number, as an f32 product would (not a quiet zero).
+                if unordered != 0 || max.is_infinite() {
+                    scale[lane] = f32::NAN;
+                    continue;
+                }
+                // A block of zeros, or of values too small to divide by, stays zero.
+                let inverse = 127.0 / max;
+                if !inverse.is_finite() {
                     continue;
                 }
                 scale[lane] = max / 127.0;
-                let inverse = _mm512_set1_ps(127.0 / max);
+                let inverse = _mm512_set1_ps(inverse);
                 // Rounded to nearest, then saturated to a byte (within ±127 here).
                 let bytes = |v| {
                     let q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v, inverse)));

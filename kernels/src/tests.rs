@@ -146,6 +146,24 @@ fn a_product_of_many_tokens_rounds_them_only_where_the_cpu_multiplies_in_8_bits(
 }
 
 #[test]
+fn a_token_that_is_not_a_number_gives_no_number_and_a_block_of_zeros_gives_zero() {
+    let weights: Vec<f32> = (0..2 * BLOCK).map(|i| i as f32 / 10.0 - 3.0).collect();
+    let m = Q8Matrix::quantize(1, 2 * BLOCK, &weights).unwrap();
+    // Token 0: zeros, then a block of ones; token 1: a NaN; token 2: an infinity;
+    // the rest all zeros.
+    let mut x = vec![0f32; 8 * 2 * BLOCK];
+    x[BLOCK..2 * BLOCK].fill(1.0);
+    x[2 * BLOCK + 5] = f32::NAN;
+    x[4 * BLOCK + BLOCK + 1] = f32::INFINITY;
+    let mut out = vec![f32::NAN; 8];
+    m.product(&x, 8, &mut out).unwrap();
+    let ones: f32 = m.dequantize()[BLOCK..].iter().sum();
+    assert!((out[0] - ones).abs() < 1e-3, "{} against {ones}", out[0]);
+    assert!(out[1].is_nan() && out[2].is_nan(), "{out:?}");
+    assert!(out[3..].iter().all(|v| *v == 0.0), "{out:?}");
+}
+
+#[test]
 fn stacked_matrices_keep_their_rows_in_order() {
     let a = Q8Matrix::quantize(2, 32, &[1.0; 64]).unwrap();
     let b = Q8Matrix::quantize(1, 32, &[-3.0; 32]).unwrap();

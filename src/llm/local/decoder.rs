@@ -231,8 +231,8 @@ pub struct ModelWeights {
 
 /// An RMS norm: each token's vector over the root of its mean square (plus `eps`),
 /// times the weights, computed as candle's `rms_norm` does. Plain loops over the
-/// hidden state, rather than candle tensors, so a generated token's sixty norms
-/// and residual additions allocate nothing and wake no other thread.
+/// hidden state rather than candle tensor operations, which allocated a tensor
+/// for each and spread a long step's rows over the thread pool.
 #[derive(Debug, Clone)]
 struct Norm {
     weight: Arc<Vec<f32>>,
@@ -289,8 +289,11 @@ impl<R: std::io::Seek + std::io::Read> File<'_, R> {
             .dequantize(&Device::Cpu)
     }
 
-    fn norm(&mut self, name: &str, eps: f64) -> Result<Norm> {
+    fn norm(&mut self, name: &str, eps: f64, width: usize) -> Result<Norm> {
         let weight = self.f32(name)?.flatten_all()?.to_vec1::<f32>()?;
+        if weight.len() != width {
+            bail!("{name} has {} values for a width of {width}", weight.len());
+        }
         Ok(Norm {
             weight: Arc::new(weight),
             eps: eps as f32,
@@ -354,7 +357,7 @@ impl ModelWeights {
 
         let mut file = File { ct: &ct, reader };
         let embeddings = file.linear("token_embd.weight")?;
-        let norm = file.norm("output_norm.weight", rms_norm_eps)?;
+        let norm = file.norm("output_norm.weight", rms_norm_eps, embedding_length)?;
         let output = if file.has("output.weight") {
             file.linear("output.weight")?
         } else {
@@ -394,10 +397,14 @@ impl ModelWeights {
                 qkv,
                 qkv_bias,
                 wo: file.linear(&name("attn_output.weight"))?,
-                attention_norm: file.norm(&name("attn_norm.weight"), rms_norm_eps)?,
+                attention_norm: file.norm(
+                    &name("attn_norm.weight"),
+                    rms_norm_eps,
+                    embedding_length,
+                )?,
                 gate_up,
                 down: file.linear(&name("ffn_down.weight"))?,
-                ffn_norm: file.norm(&name("ffn_norm.weight"), rms_norm_eps)?,
+                ffn_norm: file.norm(&name("ffn_norm.weight"), rms_norm_eps, embedding_length)?,
                 cache: Cache::default(),
             });
         }
@@ -441,7 +448,10 @@ impl ModelWeights {
     /// Reads the tokens `x` (1, seq_len) at positions `index_pos..`; returns the
     /// logits of the last one.
     pub fn forward(&mut self, x: &Tensor, index_pos: usize) -> Result<Tensor> {
-        let (_b, tokens) = x.dims2()?;
+        let (batch, tokens) = x.dims2()?;
+        if batch != 1 {
+            bail!("a step reads one sequence, not {batch}");
+        }
         if tokens == 0 {
             bail!("a step needs at least one token");
         }
