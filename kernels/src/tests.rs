@@ -4,7 +4,20 @@ use super::*;
 
 /// Rows, columns (whole blocks), tokens and the values of the matrix and vectors.
 fn case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
-    (1usize..150, 1usize..7, 1usize..6).prop_flat_map(|(rows, blocks, tokens)| {
+    case_in(1..150, 1..7, 1..6)
+}
+
+/// Many tokens: several panels of sixteen and a part of one.
+fn many_tokens_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
+    case_in(1..40, 1..5, 8..41)
+}
+
+fn case_in(
+    rows: std::ops::Range<usize>,
+    blocks: std::ops::Range<usize>,
+    tokens: std::ops::Range<usize>,
+) -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
+    (rows, blocks, tokens).prop_flat_map(|(rows, blocks, tokens)| {
         let cols = blocks * BLOCK;
         (
             Just(rows),
@@ -71,20 +84,6 @@ proptest! {
             prop_assert_eq!(&row[..], &w[r * cols..(r + 1) * cols]);
         }
     }
-}
-
-/// Many tokens: several panels of sixteen and a part of one.
-fn many_tokens_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>, Vec<f32>)> {
-    (1usize..40, 1usize..5, 8usize..41).prop_flat_map(|(rows, blocks, tokens)| {
-        let cols = blocks * BLOCK;
-        (
-            Just(rows),
-            Just(cols),
-            Just(tokens),
-            prop::collection::vec(-4f32..4.0, rows * cols),
-            prop::collection::vec(-4f32..4.0, tokens * cols),
-        )
-    })
 }
 
 /// How far quantizing vector `t` to 8 bits can move row `r` · vector `t`: each
