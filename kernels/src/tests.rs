@@ -163,6 +163,14 @@ fn a_token_that_is_not_a_number_gives_no_number_and_a_block_of_zeros_gives_zero(
 }
 
 #[test]
+fn a_product_of_no_tokens_or_no_rows_is_empty() {
+    let m = Q8Matrix::quantize(3, BLOCK, &[1.0; 3 * BLOCK]).unwrap();
+    assert_eq!(m.product(&[], 0, &mut []), Ok(()));
+    let empty = Q8Matrix::quantize(0, BLOCK, &[]).unwrap();
+    assert_eq!(empty.product(&[1.0; 9 * BLOCK], 9, &mut []), Ok(()));
+}
+
+#[test]
 fn stacked_matrices_keep_their_rows_in_order() {
     let a = Q8Matrix::quantize(2, 32, &[1.0; 64]).unwrap();
     let b = Q8Matrix::quantize(1, 32, &[-3.0; 32]).unwrap();

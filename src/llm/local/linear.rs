@@ -17,8 +17,9 @@ use candle_core::quantized::QTensor;
 use candle_core::{CpuStorage, Device, Error, Result, Storage, Tensor};
 use deskbell_kernels::{BLOCK, Q8Matrix};
 
-/// From this many tokens in one step, a layer expands its weights and uses the
-/// GEMM, and attention uses candle's matrix products (`decoder.rs`).
+/// From this many tokens in one step, a layer multiplies with the 8-bit product of
+/// many tokens (or, without AVX-512 VNNI, expands its weights for the GEMM), and
+/// attention uses candle's matrix products (`decoder.rs`).
 pub const BATCH_FROM_TOKENS: usize = 8;
 
 /// A weight matrix of `rows` outputs by `cols` inputs.
@@ -111,18 +112,20 @@ impl Linear {
 
     /// `x` holds `tokens` vectors of the matrix's width; returns `tokens × rows`.
     pub fn apply(&self, x: &[f32], tokens: usize) -> Result<Vec<f32>> {
-        if let Linear::Quantized(m) = self {
-            let mut out = vec![0f32; tokens * m.rows()];
-            if tokens < BATCH_FROM_TOKENS {
-                m.matmul(x, tokens, &mut out).map_err(Error::wrap)?;
-                return Ok(out);
-            }
-            if deskbell_kernels::has_int8_product() {
-                m.product(x, tokens, &mut out).map_err(Error::wrap)?;
-                return Ok(out);
-            }
+        let few = tokens < BATCH_FROM_TOKENS;
+        let Linear::Quantized(m) = self else {
+            return self.expanded(x, tokens);
+        };
+        if !few && !deskbell_kernels::has_int8_product() {
+            return self.expanded(x, tokens);
         }
-        self.expanded(x, tokens)
+        let mut out = vec![0f32; tokens * m.rows()];
+        let done = match few {
+            true => m.matmul(x, tokens, &mut out),
+            false => m.product(x, tokens, &mut out),
+        };
+        done.map_err(Error::wrap)?;
+        Ok(out)
     }
 
     /// The product with the weights expanded to f32 and candle's GEMM: a dense
