@@ -10,22 +10,23 @@ use anyhow::Context;
 use tantivy::collector::TopDocs;
 use tantivy::query::QueryParser;
 use tantivy::schema::{
-    Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
+    Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
 };
-use tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term, doc};
+use tantivy::{Index, IndexReader, ReloadPolicy, Term, doc};
 
 use super::chunk::chunks;
 use super::source::{Document, Skipped};
+use super::texts::{self, Texts};
 
 const MANIFEST: &str = "deskbell-manifest.json";
 const WRITER_MEMORY: usize = 50_000_000;
 
 #[derive(Clone, Copy)]
-struct Fields {
-    path: Field,
-    title: Field,
-    url: Field,
-    body: Field,
+pub(super) struct Fields {
+    pub path: Field,
+    pub title: Field,
+    pub url: Field,
+    pub body: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -67,9 +68,13 @@ pub struct Report {
 }
 
 pub struct SiteIndex {
-    index: Index,
     reader: IndexReader,
     fields: Fields,
+    /// The question parsers, exact and allowing one typo per word, made once:
+    /// each holds the index's schema and tokenizers.
+    exact: QueryParser,
+    fuzzy: QueryParser,
+    texts: Texts,
 }
 
 pub fn folder(data_dir: &Path, site: &str) -> PathBuf {
@@ -78,6 +83,12 @@ pub fn folder(data_dir: &Path, site: &str) -> PathBuf {
 
 impl SiteIndex {
     pub fn open(dir: &Path) -> anyhow::Result<SiteIndex> {
+        Self::open_keeping(dir, texts::LIMIT)
+    }
+
+    /// Opens the index keeping at most `limit` bytes of passage text in memory,
+    /// and reads them now rather than in the first question's turn.
+    fn open_keeping(dir: &Path, limit: usize) -> anyhow::Result<SiteIndex> {
         let index = Index::open_in_dir(dir)
             .with_context(|| format!("cannot open the index in {}", dir.display()))?;
         let (_, fields) = schema();
@@ -85,15 +96,32 @@ impl SiteIndex {
             .reader_builder()
             .reload_policy(ReloadPolicy::OnCommitWithDelay)
             .try_into()?;
-        Ok(SiteIndex {
-            index,
+        let parser = |typos: bool| {
+            let mut parser = QueryParser::for_index(&index, vec![fields.title, fields.body]);
+            parser.set_field_boost(fields.title, 1.5);
+            if typos {
+                parser.set_field_fuzzy(fields.body, false, 1, true);
+                parser.set_field_fuzzy(fields.title, false, 1, true);
+            }
+            parser
+        };
+        let site = SiteIndex {
+            exact: parser(false),
+            fuzzy: parser(true),
             reader,
             fields,
-        })
+            texts: Texts::new(limit),
+        };
+        site.texts.of(&site.reader.searcher(), fields)?;
+        Ok(site)
     }
 
+    /// Sees the latest commit now, and reads its passages before a question
+    /// needs them.
     pub fn reload(&self) -> anyhow::Result<()> {
-        Ok(self.reader.reload()?)
+        self.reader.reload()?;
+        self.texts.of(&self.reader.searcher(), self.fields)?;
+        Ok(())
     }
 
     /// The best `limit` passages by BM25; when no word matches exactly, a second
@@ -106,14 +134,7 @@ impl SiteIndex {
             .map(|c| if c.is_alphanumeric() { c } else { ' ' })
             .collect();
         let mut hits = Vec::new();
-        for typos in [false, true] {
-            let mut parser =
-                QueryParser::for_index(&self.index, vec![self.fields.title, self.fields.body]);
-            parser.set_field_boost(self.fields.title, 1.5);
-            if typos {
-                parser.set_field_fuzzy(self.fields.body, false, 1, true);
-                parser.set_field_fuzzy(self.fields.title, false, 1, true);
-            }
+        for parser in [&self.exact, &self.fuzzy] {
             let (query, _) = parser.parse_query_lenient(&cleaned);
             hits = searcher.search(&query, &TopDocs::with_limit(limit.max(1)).order_by_score())?;
             if !hits.is_empty() {
@@ -122,18 +143,11 @@ impl SiteIndex {
         }
         hits.into_iter()
             .map(|(score, address)| {
-                let d: TantivyDocument = searcher.doc(address)?;
-                let text = |f: Field| {
-                    d.get_first(f)
-                        .and_then(|v| v.as_str())
-                        .unwrap_or_default()
-                        .to_string()
-                };
-                let url = text(self.fields.url);
+                let stored = self.texts.get(&searcher, self.fields, address)?;
                 Ok(Passage {
-                    title: text(self.fields.title),
-                    url: (!url.is_empty()).then_some(url),
-                    text: text(self.fields.body),
+                    title: stored.title,
+                    url: stored.url,
+                    text: stored.text,
                     score,
                 })
             })
@@ -293,5 +307,50 @@ mod tests {
         let found = index.search("citric acid kettle", 10).unwrap();
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(read_manifest(&dir).unwrap().len(), 2);
+    }
+
+    /// Passages come back the same from memory as from the document store, and
+    /// an update is seen after a reload: the kept text follows the searcher's
+    /// generation, whose document addresses are its own.
+    #[test]
+    fn kept_passages_match_the_store_and_follow_each_update() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("knowledge").join("acme");
+        let docs = |version, fix: &str| {
+            vec![
+                document(
+                    "kettle.md",
+                    &format!("Descale the kettle with {fix}."),
+                    version,
+                ),
+                document("returns.md", "Return anything within thirty days.", 0),
+                document("shipping.md", "Parcels leave the warehouse daily.", 0),
+            ]
+        };
+        ingest(&dir, docs(0, "citric acid"), Vec::new()).unwrap();
+        let kept = SiteIndex::open(&dir).unwrap();
+        let stored = SiteIndex::open_keeping(&dir, 0).unwrap();
+        assert!(kept.texts.kept(&kept.reader.searcher(), kept.fields));
+        assert!(!stored.texts.kept(&stored.reader.searcher(), stored.fields));
+        for question in ["citric acid kettle", "return days", "warehuose", "nothing"] {
+            assert_eq!(
+                kept.search(question, 5).unwrap(),
+                stored.search(question, 5).unwrap(),
+                "{question}"
+            );
+        }
+        ingest(&dir, docs(1, "white vinegar"), Vec::new()).unwrap();
+        kept.reload().unwrap();
+        stored.reload().unwrap();
+        for question in ["descale the kettle", "vinegar", "parcels"] {
+            let found = kept.search(question, 5).unwrap();
+            assert_eq!(found, stored.search(question, 5).unwrap(), "{question}");
+            assert!(
+                !found.iter().any(|p| p.text.contains("citric")),
+                "{found:?}"
+            );
+        }
+        let found = kept.search("descale the kettle", 1).unwrap();
+        assert!(found[0].text.contains("white vinegar"), "{found:?}");
     }
 }

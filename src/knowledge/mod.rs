@@ -10,6 +10,7 @@ mod html;
 mod index;
 pub mod shared;
 mod source;
+mod texts;
 mod web;
 
 pub use document::Document;
