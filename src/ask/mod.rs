@@ -43,6 +43,7 @@ async fn ask(
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
+    let received = tokio::time::Instant::now();
     // The guards' futures are boxed: they are large and live only until the
     // stream starts, and the handler's own future is held while it waits.
     let caller = Box::pin(guard::admit(&app, &headers, peer, guard::Door::Ask)).await?;
@@ -74,7 +75,7 @@ async fn ask(
                 site = %caller.site.config.id,
                 conversation = tracing::field::Empty
             );
-            let turn = Turn::new(app.clone(), caller, admission, sink, ready);
+            let turn = Turn::new(app.clone(), caller, admission, sink, ready).received_at(received);
             app.turns
                 .spawn(turn.question(conversation, message).instrument(span));
         }

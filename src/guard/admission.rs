@@ -48,7 +48,7 @@ pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiErro
 }
 
 /// For a question: the stream caps now, and the budget read by the turn itself
-/// (`budget_open`) beside its other reads, so the model is asked one database
+/// (`budget_open_with_tool_version`) beside its other reads, so the model is asked one database
 /// round trip sooner. A question refused by the stream caps is told about a
 /// spent budget first, as SPEC §5 orders them.
 pub async fn admit_question(app: &App, caller: &Caller) -> Result<Admission, ApiError> {
@@ -58,11 +58,23 @@ pub async fn admit_question(app: &App, caller: &Caller) -> Result<Admission, Api
 }
 
 /// Whether the turn's share could be reserved now (a read: the reservation is
-/// part of the turn's first transaction, so a turn costs one commit fewer).
-pub async fn budget_open(app: &App, share: &BudgetShare) -> Result<(), ApiError> {
-    check_budget(app, share)
+/// part of the turn's first transaction, so a turn costs one commit fewer), and
+/// the site's tool version, read together: a question's reads before it asks
+/// the model are then one database round trip.
+pub async fn budget_open_with_tool_version(
+    app: &App,
+    share: &BudgetShare,
+) -> Result<i64, ApiError> {
+    read_budget_and_tool_version(app, share)
         .await
         .inspect_err(|e| crate::ops::metrics::guard_refused(e.code()))
+}
+
+async fn read_budget_and_tool_version(app: &App, share: &BudgetShare) -> Result<i64, ApiError> {
+    match app.store.budget_and_tool_version(share).await? {
+        (Reservation::Reserved, version) => Ok(version),
+        (refusal, _) => Err(super::refused(budget_refusal(refusal, app.clock.now_ms()))),
+    }
 }
 
 async fn check_budget(app: &App, share: &BudgetShare) -> Result<(), ApiError> {

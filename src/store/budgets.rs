@@ -25,6 +25,34 @@ impl Store {
         })
     }
 
+    /// What a question's turn reads before it asks the model, in one round trip:
+    /// whether its budget share could be reserved now (as `budget_open`) and
+    /// the site's tool version (as `tool_version`). Under load each read waits
+    /// for a pooled connection, so two reads side by side cost a turn the
+    /// slower of two waits.
+    pub async fn budget_and_tool_version(
+        &self,
+        share: &BudgetShare,
+    ) -> StoreResult<(Reservation, i64)> {
+        let row = sqlx::query(
+            "SELECT b.spent, b.reserved, \
+             (SELECT version FROM tool_versions WHERE site = $1) AS version \
+             FROM (SELECT 1 AS one) AS o LEFT JOIN budgets b ON b.site = $1 AND b.day = $2",
+        )
+        .bind(&share.site)
+        .bind(&share.day)
+        .fetch_one(self.pool())
+        .await?;
+        let spent: Option<i64> = row.try_get("spent")?;
+        let reserved: Option<i64> = row.try_get("reserved")?;
+        let budget = match (spent, reserved) {
+            (Some(spent), Some(reserved)) => judge(spent, reserved, share.limit),
+            _ => Reservation::Reserved,
+        };
+        let version: Option<i64> = row.try_get("version")?;
+        Ok((budget, version.unwrap_or(0)))
+    }
+
     /// Tokens spent by a site on a day (settled turns only).
     pub async fn budget_spent(&self, site: &str, day: &str) -> StoreResult<i64> {
         let row = sqlx::query("SELECT spent FROM budgets WHERE site = $1 AND day = $2")

@@ -97,8 +97,25 @@ impl Catalog {
         }
     }
 
+    /// The toolbox brought up to `version`, the site's tool version just read
+    /// by the caller (a question's turn reads it with its budget, in one round
+    /// trip); the overrides are read only when it moved.
+    pub async fn fresh_at(&self, store: &Store, version: i64) -> Arc<Toolbox> {
+        match self.refresh_to(store, version).await {
+            Ok(toolbox) => toolbox,
+            Err(e) => {
+                tracing::warn!(site = %self.site, error = format!("{e:#}"), "tool changes could not be read");
+                self.snapshot()
+            }
+        }
+    }
+
     async fn refresh(&self, store: &Store) -> anyhow::Result<Arc<Toolbox>> {
         let version = store.tool_version(&self.site).await?;
+        self.refresh_to(store, version).await
+    }
+
+    async fn refresh_to(&self, store: &Store, version: i64) -> anyhow::Result<Arc<Toolbox>> {
         let listing = listing(&self.servers);
         {
             let current = self.current.read().map_err(|_| poisoned())?;

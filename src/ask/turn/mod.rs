@@ -14,6 +14,7 @@
 mod answer;
 mod calls;
 mod finish;
+mod phases;
 mod rounds;
 
 use std::sync::Arc;
@@ -86,8 +87,11 @@ pub struct Turn {
     deadline: tokio::time::Instant,
     /// When the bubble's text was last saved while streaming.
     checkpointed: tokio::time::Instant,
-    /// When the turn began, for its time to first token and duration (SPEC §18).
+    /// When the turn began, for its time to first token and duration (SPEC §18):
+    /// for a visitor's ask, when the request reached the handler.
     began: tokio::time::Instant,
+    /// A question's way to its first token, logged at debug level.
+    phases: phases::Phases,
     /// Whether any text has streamed yet (or, for a turn whose first token is
     /// not a question's — a continuation after a card or a crash — whether it
     /// is no longer to be timed).
@@ -104,6 +108,13 @@ impl Turn {
         turn.ready = Some(ready);
         turn._open = Some(crate::ops::metrics::OpenStream::open());
         turn
+    }
+
+    /// Times the turn from `received`, when its request reached the handler, so
+    /// that its time to first token includes the guards.
+    pub fn received_at(mut self, received: tokio::time::Instant) -> Self {
+        self.began = received;
+        self
     }
 
     /// A turn with no request behind it (one finished after a crash).
@@ -132,6 +143,7 @@ impl Turn {
             checkpointed: now,
             tools,
             began: now,
+            phases: phases::Phases::default(),
             streamed: true,
             _open: None,
         }
@@ -203,30 +215,49 @@ impl Turn {
         // the span's fields).
         tracing::Span::current().record("conversation", self.conversation.as_str());
         tracing::info!(conversation = %self.conversation, turn = %self.turn, "question");
-        let history = match is_new {
-            true => Vec::new(),
-            false => Box::pin(prompt::history(&store, &self.conversation)).await?,
+        // A continued conversation's history is read beside the other reads.
+        let conversation = self.conversation.clone();
+        let history = async {
+            match is_new {
+                true => Ok(Vec::new()),
+                false => prompt::history(&store, &conversation).await,
+            }
         };
         // The tools are read again for each model round: an operator's change
-        // applies from the next round on every replica (SPEC §15).
-        // The budget is read here, beside the other reads, not before the turn
+        // applies from the next round on every replica (SPEC §15). For the first
+        // round their version is read with the budget, in one round trip, beside
+        // retrieval; the budget is read here, not before the turn
         // (`guard::admit_question`).
         let share = self.admission.as_ref().map(|a| a.share().clone());
         let app = self.app.clone();
-        let budget = async move {
+        let reads = async {
             match share {
-                Some(share) => crate::guard::budget_open(&app, &share).await,
-                None => Ok(()),
+                Some(share) => {
+                    let version = crate::guard::budget_open_with_tool_version(&app, &share).await?;
+                    Ok(site.tools.fresh_at(&store, version).await)
+                }
+                None => Ok(site.tools.fresh(&store).await),
             }
         };
-        let (passages, tools, budget) = Box::pin(async {
-            tokio::join!(self.retrieve(&message), site.tools.fresh(&store), budget)
+        self.phases.turn(self.began);
+        let ((passages, retrieved_at), tools, history) = Box::pin(async {
+            tokio::join!(
+                async { (self.retrieve(&message).await, tokio::time::Instant::now()) },
+                reads,
+                history
+            )
         })
         .await;
-        if let Err(refused) = budget {
-            self.start(Err(refused));
-            return Ok(());
-        }
+        let history = history?;
+        self.phases.retrieved(retrieved_at - self.began);
+        let tools = match tools {
+            Ok(tools) => tools,
+            Err(refused) => {
+                self.start(Err(refused));
+                return Ok(());
+            }
+        };
+        self.phases.reads(self.began);
         self.tools = tools;
         let knowledge = prompt::sources(passages.as_deref());
         self.knowledge_len = knowledge.len();
@@ -255,8 +286,16 @@ impl Turn {
         // The model is asked while the turn's first writes commit: neither waits
         // for the other, and the model's answer does not depend on them.
         let request = self.request(&messages, 0);
-        let (saved, first) =
-            Box::pin(async { tokio::join!(store.begin_turn(start), self.model(request)) }).await;
+        let began = self.began;
+        let timed = |at: tokio::time::Instant| at.duration_since(began);
+        let ((saved, saved_at), (first, head_at)) = Box::pin(async {
+            tokio::join!(
+                async { (store.begin_turn(start).await, tokio::time::Instant::now()) },
+                async { (self.model(request).await, tokio::time::Instant::now()) }
+            )
+        })
+        .await;
+        self.phases.saved_and_head(timed(saved_at), timed(head_at));
         match saved? {
             Reservation::Reserved => {}
             refusal => {

@@ -109,6 +109,7 @@ impl Turn {
                 Ok(ModelEvent::Text(delta)) => {
                     if !self.streamed {
                         self.streamed = true;
+                        self.phases.first_token(self.began);
                         crate::ops::metrics::first_token(
                             &self.caller.site.config.id,
                             self.began.elapsed(),
