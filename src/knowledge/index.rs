@@ -323,8 +323,8 @@ mod tests {
                     &format!("Descale the kettle with {fix}."),
                     version,
                 ),
-                document("returns.md", "Return anything within thirty days.", 0),
-                document("shipping.md", "Parcels leave the warehouse daily.", 0),
+                document("returns.md", "Return anything within thirty days.", version),
+                document("shipping.md", "Parcels leave the warehouse daily.", version),
             ]
         };
         ingest(&dir, docs(0, "citric acid"), Vec::new()).unwrap();
@@ -339,6 +339,9 @@ mod tests {
                 "{question}"
             );
         }
+        // Every document changes, so the old segment goes and the new one's
+        // addresses are the old ones: kept text read for the old generation
+        // would be the wrong text at the right address.
         ingest(&dir, docs(1, "white vinegar"), Vec::new()).unwrap();
         kept.reload().unwrap();
         stored.reload().unwrap();

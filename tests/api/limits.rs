@@ -154,6 +154,11 @@ async fn a_spent_daily_budget_refuses_turns_until_midnight_utc_and_survives_a_re
     }
     let r = t.question(&token, None, "hi").await;
     assert_eq!((r.status, r.code()), (429, "daily_budget_exhausted"));
+    assert_eq!(
+        t.llm.requests().len(),
+        2,
+        "a question refused for the budget is not sent to the model (which may bill it)"
+    );
     let now = deskbell::clock::Clock::now_ms(&*t.clock);
     assert_eq!(retry_after(&r), deskbell::budget::seconds_to_midnight(now));
     let day = deskbell::budget::utc_day(now);
