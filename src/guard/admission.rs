@@ -48,9 +48,9 @@ pub async fn admit_turn(app: &App, caller: &Caller) -> Result<Admission, ApiErro
 }
 
 /// For a question: the stream caps now, and the budget read by the turn itself
-/// (`budget_open_with_tool_version`) beside its other reads, so the model is asked one database
-/// round trip sooner. A question refused by the stream caps is told about a
-/// spent budget first, as SPEC §5 orders them.
+/// (`budget_open_with_tool_version`) beside its other reads, so the model is
+/// asked one database round trip sooner. A question refused by the stream caps
+/// is told about a spent budget first, as SPEC §5 orders them.
 pub async fn admit_question(app: &App, caller: &Caller) -> Result<Admission, ApiError> {
     reserve(app, caller, false)
         .await

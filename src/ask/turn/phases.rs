@@ -15,7 +15,7 @@ pub(super) struct Phases {
     turn: Option<Duration>,
     /// The passages found.
     retrieved: Option<Duration>,
-    /// Knowledge, tools and budget read (they are read at once).
+    /// Knowledge, budget, tool version and history read (at once).
     reads: Option<Duration>,
     /// The turn's start committed.
     saved: Option<Duration>,
