@@ -181,3 +181,55 @@ async fn a_duty_is_held_by_one_process_until_its_hold_lapses() {
     );
     assert!(!a.app.store.hold_duty("test_duty", 1_000).await.unwrap());
 }
+
+/// Every connection to PostgreSQL sends at once (`TCP_NODELAY`, patched into
+/// sqlx-core: `vendor/README.md`). Without it, a message longer than one TCP
+/// segment waited for the server's delayed ACK, 40 ms or more.
+#[tokio::test]
+async fn connections_to_postgresql_send_without_waiting_for_acks() {
+    let t = start_on_postgres().await;
+    let token = t.visitor().await;
+    t.llm.push(Script::text("Hello."));
+    assert_eq!(t.question(&token, None, "Hi").await.status, 200);
+    let server = std::env::var("DESKBELL_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+    let port = reqwest::Url::parse(&server).unwrap().port().unwrap_or(5432);
+    let mut checked = 0;
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if !std::fs::read_link(entry.path())
+            .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+        {
+            continue;
+        }
+        // SAFETY: the descriptor is only borrowed to read its options; another
+        // test may close it meanwhile, and then the calls below fail and it is
+        // skipped.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let socket = socket2::SockRef::from(&fd);
+        let Some(peer) = socket.peer_addr().ok().and_then(|a| a.as_socket()) else {
+            continue;
+        };
+        if peer.port() != port {
+            continue;
+        }
+        let Ok(nodelay) = socket.tcp_nodelay() else {
+            continue;
+        };
+        assert!(
+            nodelay,
+            "a connection to PostgreSQL at {peer} waits for ACKs (Nagle)"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked > 0,
+        "no connection to PostgreSQL was found to check"
+    );
+}
