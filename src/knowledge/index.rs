@@ -143,13 +143,9 @@ impl SiteIndex {
         }
         hits.into_iter()
             .map(|(score, address)| {
-                let stored = self.texts.get(&searcher, self.fields, address)?;
-                Ok(Passage {
-                    title: stored.title,
-                    url: stored.url,
-                    text: stored.text,
-                    score,
-                })
+                let mut passage = self.texts.get(&searcher, self.fields, address)?;
+                passage.score = score;
+                Ok(passage)
             })
             .collect()
     }

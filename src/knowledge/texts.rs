@@ -10,38 +10,30 @@ use std::sync::{Arc, Mutex};
 use tantivy::schema::Value;
 use tantivy::{DocAddress, Searcher, TantivyDocument};
 
-use super::index::Fields;
+use super::index::{Fields, Passage};
 
 /// Passage text kept in memory at the most, per site.
 pub(super) const LIMIT: usize = 64 << 20;
 
-/// One passage as stored, without its score.
-#[derive(Debug)]
-pub(super) struct Stored {
-    pub title: String,
-    pub url: Option<String>,
-    pub text: String,
+/// A document's passage as stored, with no score yet.
+fn passage_of(d: &TantivyDocument, f: Fields) -> Passage {
+    let text = |field| {
+        d.get_first(field)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let url = text(f.url);
+    Passage {
+        title: text(f.title),
+        url: (!url.is_empty()).then_some(url),
+        text: text(f.body),
+        score: 0.0,
+    }
 }
 
-impl Stored {
-    pub(super) fn of(d: &TantivyDocument, f: Fields) -> Stored {
-        let text = |field| {
-            d.get_first(field)
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string()
-        };
-        let url = text(f.url);
-        Stored {
-            title: text(f.title),
-            url: (!url.is_empty()).then_some(url),
-            text: text(f.body),
-        }
-    }
-
-    fn size(&self) -> usize {
-        self.title.len() + self.text.len() + self.url.as_ref().map_or(0, String::len)
-    }
+fn size_of(p: &Passage) -> usize {
+    p.title.len() + p.text.len() + p.url.as_ref().map_or(0, String::len)
 }
 
 /// Every document's passage by segment and document id, for one generation of
@@ -49,7 +41,7 @@ impl Stored {
 /// when the text would not fit.
 pub(super) struct Generation {
     id: u64,
-    segments: Option<Vec<Vec<Stored>>>,
+    segments: Option<Vec<Vec<Passage>>>,
 }
 
 /// The latest generation's passages, built when a search first meets it.
@@ -74,7 +66,7 @@ impl Texts {
         searcher: &Searcher,
         fields: Fields,
         address: DocAddress,
-    ) -> tantivy::Result<Stored> {
+    ) -> tantivy::Result<Passage> {
         let generation = self.of(searcher, fields)?;
         let kept = generation.segments.as_ref().and_then(|segments| {
             segments
@@ -82,12 +74,8 @@ impl Texts {
                 .get(address.doc_id as usize)
         });
         match kept {
-            Some(s) => Ok(Stored {
-                title: s.title.clone(),
-                url: s.url.clone(),
-                text: s.text.clone(),
-            }),
-            None => Ok(Stored::of(&searcher.doc(address)?, fields)),
+            Some(p) => Ok(p.clone()),
+            None => Ok(passage_of(&searcher.doc(address)?, fields)),
         }
     }
 
@@ -125,19 +113,19 @@ fn read_all(
     searcher: &Searcher,
     fields: Fields,
     limit: usize,
-) -> tantivy::Result<Option<Vec<Vec<Stored>>>> {
+) -> tantivy::Result<Option<Vec<Vec<Passage>>>> {
     let mut size = 0;
     let mut segments = Vec::new();
     for reader in searcher.segment_readers() {
         let store = reader.get_store_reader(1)?;
         let mut docs = Vec::with_capacity(reader.max_doc() as usize);
         for d in store.iter::<TantivyDocument>(None) {
-            let stored = Stored::of(&d?, fields);
-            size += stored.size();
+            let passage = passage_of(&d?, fields);
+            size += size_of(&passage);
             if size > limit {
                 return Ok(None);
             }
-            docs.push(stored);
+            docs.push(passage);
         }
         segments.push(docs);
     }
