@@ -56,6 +56,10 @@ pub enum Durability {
     Normal,
 }
 
+/// A pooled connection idle this long is pinged before it is handed out, so one
+/// that the database or the network dropped meanwhile is replaced, not used.
+const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
@@ -148,9 +152,22 @@ impl Store {
             Durability::Normal => "PRAGMA synchronous = NORMAL",
         };
         let open = |max: u32| {
+            // sqlx pings every connection it takes from the idle queue: one more
+            // round trip (on SQLite, one more hand-off to the connection's thread)
+            // before each read and each group commit. Under load connections are
+            // idle for microseconds, so only one idle for a while is checked.
             let options = AnyPoolOptions::new()
                 .max_connections(max)
-                .acquire_timeout(Duration::from_secs(10));
+                .acquire_timeout(Duration::from_secs(10))
+                .test_before_acquire(false)
+                .before_acquire(|conn, meta| {
+                    Box::pin(async move {
+                        if meta.idle_for >= PING_AFTER_IDLE {
+                            sqlx::Connection::ping(conn).await?;
+                        }
+                        Ok(true)
+                    })
+                });
             // `synchronous` belongs to a connection, not the file: it is set on every
             // connection the pool opens, so a recycled connection never falls back
             // to SQLite's default.

@@ -233,3 +233,37 @@ async fn connections_to_postgresql_send_without_waiting_for_acks() {
         "no connection to PostgreSQL was found to check"
     );
 }
+
+/// A pooled connection is pinged only after a second idle (`PING_AFTER_IDLE`),
+/// not before every query; one that PostgreSQL dropped while it sat idle is
+/// still replaced, never handed to a question.
+#[tokio::test]
+async fn connections_postgresql_dropped_while_idle_are_replaced() {
+    let t = start_on_postgres().await;
+    let token = t.visitor().await;
+    t.llm.push(Script::text("Hello."));
+    let first = t.question(&token, None, "Hi").await;
+    assert_eq!(first.status, 200);
+    let (server, name) = t.database_url.rsplit_once('/').unwrap();
+    let admin = sqlx::AnyPool::connect(&format!("{server}/postgres"))
+        .await
+        .unwrap();
+    let dropped = sqlx::query(
+        "SELECT pg_terminate_backend(pid) AS gone FROM pg_stat_activity \
+         WHERE datname = $1 AND pid <> pg_backend_pid()",
+    )
+    .bind(name)
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    admin.close().await;
+    assert!(!dropped.is_empty(), "the app held no connection to drop");
+    // Past the idle time after which a connection is checked before use.
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    t.llm.push(Script::text("Hello again."));
+    let again = t.question(&token, None, "Hi again").await;
+    assert_eq!(again.status, 200, "{}", again.json);
+    assert_eq!(again.event("done")["status"], "answered");
+    let history = t.history(&token, &again.conversation()).await;
+    assert_eq!(history.status, 200);
+}
