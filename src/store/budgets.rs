@@ -29,11 +29,31 @@ impl Store {
     /// whether its budget share could be reserved now (as `budget_open`) and
     /// the site's tool version (as `tool_version`). Under load each read waits
     /// for a pooled connection, so two reads side by side cost a turn the
-    /// slower of two waits.
+    /// slower of two waits; and questions of one site asking at the same moment
+    /// share one read that began after they asked (`site_reads.rs`).
     pub async fn budget_and_tool_version(
         &self,
         share: &BudgetShare,
     ) -> StoreResult<(Reservation, i64)> {
+        let read = self
+            .site_reads
+            .fresh(&share.site, &share.day, || {
+                self.read_budget_and_tool_version(share)
+            })
+            .await?;
+        let budget = match read.budget {
+            Some((spent, reserved)) => judge(spent, reserved, share.limit),
+            None => Reservation::Reserved,
+        };
+        Ok((budget, read.tool_version))
+    }
+
+    /// The day's budget row (spent, reserved) if it exists, and the site's tool
+    /// version.
+    async fn read_budget_and_tool_version(
+        &self,
+        share: &BudgetShare,
+    ) -> StoreResult<(Option<(i64, i64)>, i64)> {
         let row = sqlx::query(
             "SELECT b.spent, b.reserved, \
              (SELECT version FROM tool_versions WHERE site = $1) AS version \
@@ -45,12 +65,8 @@ impl Store {
         .await?;
         let spent: Option<i64> = row.try_get("spent")?;
         let reserved: Option<i64> = row.try_get("reserved")?;
-        let budget = match (spent, reserved) {
-            (Some(spent), Some(reserved)) => judge(spent, reserved, share.limit),
-            _ => Reservation::Reserved,
-        };
         let version: Option<i64> = row.try_get("version")?;
-        Ok((budget, version.unwrap_or(0)))
+        Ok((spent.zip(reserved), version.unwrap_or(0)))
     }
 
     /// Tokens spent by a site on a day (settled turns only).

@@ -20,6 +20,7 @@ mod leases;
 mod migrate;
 mod operators;
 mod overrides;
+mod site_reads;
 pub mod stored;
 mod turns;
 mod visitors;
@@ -84,6 +85,8 @@ pub struct Store {
     /// SQLite only: this process's hold on the database's lock file (see
     /// `leases::FileLock`), and whether it was the only process when it started.
     file_lock: Option<std::sync::Arc<leases::FileLock>>,
+    /// The questions' budget and tool-version reads, shared when they coincide.
+    site_reads: std::sync::Arc<site_reads::SiteReads>,
 }
 
 /// A transaction on either backend.
@@ -200,6 +203,7 @@ impl Store {
                     owner: crate::ids::new_id("p").into(),
                     lease_ms: leases::DEFAULT_LEASE_MS,
                     file_lock: leases::FileLock::take(&url)?.map(std::sync::Arc::new),
+                    site_reads: Default::default(),
                 }
             }
             Backend::Postgres => {
@@ -215,6 +219,7 @@ impl Store {
                     owner: crate::ids::new_id("p").into(),
                     lease_ms: leases::DEFAULT_LEASE_MS,
                     file_lock: None,
+                    site_reads: Default::default(),
                 }
             }
         };
