@@ -126,13 +126,24 @@ impl ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
-        ApiError::Internal(e.into())
+        crate::store::StoreError::from(e).into()
     }
 }
 
+/// Seconds a client is asked to wait when the database cannot be reached.
+const DATABASE_RETRY_AFTER_S: u64 = 5;
+
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
-        ApiError::Internal(e.into())
+        match e {
+            // A database restarting or out of reach is worth a retry, not a 500;
+            // the cause is logged, never shown.
+            crate::store::StoreError::Unavailable(cause) => {
+                tracing::warn!(error = %cause, "the database cannot be reached");
+                ApiError::ServiceUnavailable(DATABASE_RETRY_AFTER_S)
+            }
+            e => ApiError::Internal(e.into()),
+        }
     }
 }
 

@@ -36,9 +36,24 @@ impl From<sqlx::Error> for StoreError {
                 StoreError::Corrupt(e.to_string())
             }
             sqlx::Error::Database(ref db) if db.is_unique_violation() => StoreError::Conflict(e),
+            sqlx::Error::Database(ref db) if db.code().as_deref().is_some_and(out_of_reach) => {
+                StoreError::Unavailable(e.to_string())
+            }
             e => StoreError::Database(e),
         }
     }
+}
+
+/// PostgreSQL's SQLSTATE classes for a server that cannot serve now: 08
+/// (connection exception), 53 (insufficient resources, such as too many
+/// connections) and 57 (operator intervention: a shutdown or restart ended the
+/// session). SQLSTATEs have five characters; SQLite's codes, numbers of up to
+/// four digits, never match.
+fn out_of_reach(code: &str) -> bool {
+    code.len() == 5
+        && ["08", "53", "57"]
+            .iter()
+            .any(|class| code.starts_with(class))
 }
 
 impl From<super::stored::StoredError> for StoreError {
@@ -68,5 +83,21 @@ mod tests {
             StoreError::from(sqlx::Error::Decode("bad".into())),
             StoreError::Corrupt(_)
         ));
+    }
+
+    #[test]
+    fn a_restarting_or_full_postgresql_is_unavailable_and_sqlites_codes_are_not() {
+        // 57P01: the session was ended by a shutdown; 08006: the connection failed;
+        // 53300: too many connections.
+        for code in ["57P01", "57P02", "57P03", "08006", "08001", "53300"] {
+            assert!(out_of_reach(code), "{code}");
+        }
+        // A unique violation, a syntax error, a serialization failure, and
+        // SQLite's busy, busy-snapshot, constraint and I/O error codes.
+        for code in [
+            "23505", "42601", "40001", "5", "517", "2067", "5386", "5898",
+        ] {
+            assert!(!out_of_reach(code), "{code}");
+        }
     }
 }

@@ -49,7 +49,7 @@ impl Store {
             let answer = answer
                 .await
                 .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
-            return answer.map_err(StoreError::Unavailable);
+            return answer;
         }
         let mut tx = self.writer().begin().await?;
         let started = begin_in(&mut tx, &start).await?;
@@ -72,7 +72,7 @@ impl Store {
             let answer = answer
                 .await
                 .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
-            return answer.map_err(StoreError::Unavailable);
+            return answer;
         }
         let mut tx = self.writer().begin().await?;
         end_in(&mut tx, &end).await?;
@@ -96,8 +96,8 @@ async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
 }
 
 /// What a job's caller is told, only after the commit.
-type StartOutcome = Result<Reservation, String>;
-type EndOutcome = Result<(), String>;
+type StartOutcome = Result<Reservation, StoreError>;
+type EndOutcome = Result<(), StoreError>;
 
 /// Commits a batch: first all of it in one transaction, written a kind at a time
 /// (`bulk.rs`), with no savepoints. A start refused for its budget writes
@@ -113,11 +113,11 @@ async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
             for job in batch {
                 match job {
                     Job::Start(_, reply) => {
-                        drop(reply.send(
-                            reservations.next().ok_or_else(|| {
-                                "the group commit lost a start's outcome".to_string()
-                            }),
-                        ))
+                        drop(reply.send(reservations.next().ok_or_else(|| {
+                            StoreError::Unavailable(
+                                "the group commit lost a start's outcome".into(),
+                            )
+                        })))
                     }
                     Job::End(_, reply) => drop(reply.send(Ok(()))),
                 }
@@ -204,7 +204,7 @@ async fn alone(writer: &sqlx::AnyPool, job: Job) {
                 Ok::<_, sqlx::Error>(started)
             }
             .await;
-            drop(reply.send(outcome.map_err(|e| e.to_string())));
+            drop(reply.send(outcome.map_err(StoreError::from)));
         }
         Job::End(end, reply) => {
             let outcome = async {
@@ -213,7 +213,7 @@ async fn alone(writer: &sqlx::AnyPool, job: Job) {
                 tx.commit().await
             }
             .await;
-            drop(reply.send(outcome.map_err(|e| e.to_string())));
+            drop(reply.send(outcome.map_err(StoreError::from)));
         }
     }
 }

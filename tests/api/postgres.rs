@@ -236,7 +236,8 @@ async fn connections_to_postgresql_send_without_waiting_for_acks() {
 
 /// A pooled connection is pinged only after a second idle (`PING_AFTER_IDLE`),
 /// not before every query; one that PostgreSQL dropped while it sat idle is
-/// still replaced, never handed to a question.
+/// still replaced, never handed to a question. A restart (SQLSTATE 57P01) met
+/// on a connection used a moment ago is a 503 to retry, not a 500.
 #[tokio::test]
 async fn connections_postgresql_dropped_while_idle_are_replaced() {
     let t = start_on_postgres().await;
@@ -258,6 +259,20 @@ async fn connections_postgresql_dropped_while_idle_are_replaced() {
     .unwrap();
     admin.close().await;
     assert!(!dropped.is_empty(), "the app held no connection to drop");
+    // At once, a connection used within the last second is not checked: a
+    // question that meets a dropped one is told to retry, never given a 500.
+    t.llm.push(Script::text("Hello at once."));
+    let at_once = t.question(&token, None, "Hi at once").await;
+    match at_once.status {
+        200 => {}
+        503 => {
+            assert_eq!(at_once.code(), "service_unavailable");
+            // Refused before the model was asked: its scripted reply is left
+            // for the next question, which only needs an answer.
+            assert!(at_once.headers.contains_key("retry-after"));
+        }
+        other => panic!("{other}: {}", at_once.json),
+    }
     // Past the idle time after which a connection is checked before use.
     tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
     t.llm.push(Script::text("Hello again."));

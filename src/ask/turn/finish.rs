@@ -114,7 +114,13 @@ impl Turn {
     /// event and a failed `done`.
     pub(super) async fn abort(&mut self, e: anyhow::Error) {
         if self.ready.is_some() {
-            self.start(Err(ApiError::Internal(e)));
+            // Before anything was streamed, a database out of reach is a 503 to
+            // retry (`ApiError::from(StoreError)`); anything else is a 500.
+            let refusal = match e.downcast::<crate::store::StoreError>() {
+                Ok(store) => ApiError::from(store),
+                Err(e) => ApiError::Internal(e),
+            };
+            self.start(Err(refusal));
             return;
         }
         let status = self.stopped(Stop::Internal(e)).await;
