@@ -44,32 +44,53 @@ pub(super) struct Generation {
     segments: Option<Vec<Vec<Passage>>>,
 }
 
-/// The latest generation's passages, built when a search first meets it.
+/// The latest generation read, and the one being read, if any.
+#[derive(Default)]
+struct State {
+    latest: Option<Arc<Generation>>,
+    reading: Option<u64>,
+}
+
+/// The latest generation's passages. A search never waits for them: one that
+/// meets a generation not read yet reads its passages from the document store
+/// and has the generation read on a thread of its own, so reading up to `LIMIT`
+/// of text after an update delays no question. Opening and reloading (an
+/// ingest, not a question) read it at once.
 pub(super) struct Texts {
-    latest: Mutex<Option<Arc<Generation>>>,
+    state: Arc<Mutex<State>>,
     /// Bytes of text kept at the most (`LIMIT`; smaller in tests).
     limit: usize,
+}
+
+/// A poisoned lock only means a reader thread panicked between two plain
+/// assignments; the state is still whole.
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Texts {
     pub(super) fn new(limit: usize) -> Texts {
         Texts {
-            latest: Mutex::new(None),
+            state: Arc::default(),
             limit,
         }
     }
 
-    /// The stored passage at `address`, from memory when the generation's text
-    /// fits, else from the document store.
+    /// The stored passage at `address`, from memory when the searcher's
+    /// generation has been read and fits, else from the document store.
     pub(super) fn get(
         &self,
         searcher: &Searcher,
         fields: Fields,
         address: DocAddress,
     ) -> tantivy::Result<Passage> {
-        let generation = self.of(searcher, fields)?;
-        let kept = generation.segments.as_ref().and_then(|segments| {
-            segments
+        let generation = self.current(searcher);
+        if generation.is_none() {
+            self.read_aside(searcher, fields);
+        }
+        let kept = generation.as_ref().and_then(|g| {
+            g.segments
+                .as_ref()?
                 .get(address.segment_ord as usize)?
                 .get(address.doc_id as usize)
         });
@@ -81,29 +102,77 @@ impl Texts {
 
     /// Whether the searcher's passages are kept in memory.
     #[cfg(test)]
-    pub(super) fn kept(&self, searcher: &Searcher, fields: Fields) -> bool {
-        self.of(searcher, fields)
-            .is_ok_and(|g| g.segments.is_some())
+    pub(super) fn kept(&self, searcher: &Searcher) -> bool {
+        self.current(searcher).is_some_and(|g| g.segments.is_some())
     }
 
-    /// The searcher's generation, read from its store the first time. Searches
-    /// that meet a new generation wait for one reading rather than each doing it.
-    pub(super) fn of(
-        &self,
-        searcher: &Searcher,
-        fields: Fields,
-    ) -> tantivy::Result<Arc<Generation>> {
-        let id = searcher.generation().generation_id();
-        let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(g) = latest.as_ref().filter(|g| g.id == id) {
-            return Ok(g.clone());
+    /// Reads the searcher's generation now, unless it has been read.
+    /// Searches meanwhile read the document store without starting a reading
+    /// of their own.
+    pub(super) fn read(&self, searcher: &Searcher, fields: Fields) -> tantivy::Result<()> {
+        if self.current(searcher).is_some() {
+            return Ok(());
         }
-        let generation = Arc::new(Generation {
-            id,
-            segments: read_all(searcher, fields, self.limit)?,
-        });
-        *latest = Some(generation.clone());
-        Ok(generation)
+        let id = searcher.generation().generation_id();
+        lock(&self.state).reading = Some(id);
+        match read_all(searcher, fields, self.limit) {
+            Ok(segments) => {
+                keep(&self.state, id, segments);
+                Ok(())
+            }
+            Err(e) => {
+                let mut state = lock(&self.state);
+                if state.reading == Some(id) {
+                    state.reading = None;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The searcher's generation, if it has been read.
+    fn current(&self, searcher: &Searcher) -> Option<Arc<Generation>> {
+        let id = searcher.generation().generation_id();
+        lock(&self.state).latest.clone().filter(|g| g.id == id)
+    }
+
+    /// Has the searcher's generation read on a thread of its own, unless one
+    /// is reading it already.
+    fn read_aside(&self, searcher: &Searcher, fields: Fields) {
+        let id = searcher.generation().generation_id();
+        {
+            let mut state = lock(&self.state);
+            if state.reading == Some(id) {
+                return;
+            }
+            state.reading = Some(id);
+        }
+        let (state, searcher, limit) = (self.state.clone(), searcher.clone(), self.limit);
+        let spawned = std::thread::Builder::new()
+            .name("deskbell-texts".into())
+            .spawn(move || match read_all(&searcher, fields, limit) {
+                Ok(segments) => keep(&state, id, segments),
+                Err(e) => {
+                    // Searched from the document store until the next update,
+                    // rather than read again for every search.
+                    tracing::warn!(error = %e, "knowledge texts could not be read");
+                    keep(&state, id, None);
+                }
+            });
+        if spawned.is_err() {
+            lock(&self.state).reading = None;
+        }
+    }
+}
+
+/// Keeps a generation read, unless a later one is kept already.
+fn keep(state: &Mutex<State>, id: u64, segments: Option<Vec<Vec<Passage>>>) {
+    let mut state = lock(state);
+    if state.reading == Some(id) {
+        state.reading = None;
+    }
+    if state.latest.as_ref().is_none_or(|g| g.id < id) {
+        state.latest = Some(Arc::new(Generation { id, segments }));
     }
 }
 
@@ -114,6 +183,19 @@ fn read_all(
     fields: Fields,
     limit: usize,
 ) -> tantivy::Result<Option<Vec<Vec<Passage>>>> {
+    // Text is no smaller than its compressed store (the other stored field, the
+    // path, is short), so a store already over the limit is not read at all.
+    let mut stored = 0;
+    for reader in searcher.segment_readers() {
+        stored += reader
+            .get_store_reader(0)?
+            .space_usage()
+            .total()
+            .get_bytes();
+    }
+    if stored > limit as u64 {
+        return Ok(None);
+    }
     let mut size = 0;
     let mut segments = Vec::new();
     for reader in searcher.segment_readers() {
