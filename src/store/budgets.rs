@@ -6,6 +6,7 @@ use sqlx::Row;
 
 use super::Store;
 use super::error::StoreResult;
+use super::site_reads::Found;
 use crate::budget::{BudgetShare, Reservation, judge};
 use crate::states::MessageStatus;
 
@@ -50,10 +51,7 @@ impl Store {
 
     /// The day's budget row (spent, reserved) if it exists, and the site's tool
     /// version.
-    async fn read_budget_and_tool_version(
-        &self,
-        share: &BudgetShare,
-    ) -> StoreResult<(Option<(i64, i64)>, i64)> {
+    async fn read_budget_and_tool_version(&self, share: &BudgetShare) -> StoreResult<Found> {
         let row = sqlx::query(
             "SELECT b.spent, b.reserved, \
              (SELECT version FROM tool_versions WHERE site = $1) AS version \
@@ -66,7 +64,10 @@ impl Store {
         let spent: Option<i64> = row.try_get("spent")?;
         let reserved: Option<i64> = row.try_get("reserved")?;
         let version: Option<i64> = row.try_get("version")?;
-        Ok((spent.zip(reserved), version.unwrap_or(0)))
+        Ok(Found {
+            budget: spent.zip(reserved),
+            tool_version: version.unwrap_or(0),
+        })
     }
 
     /// Tokens spent by a site on a day (settled turns only).
