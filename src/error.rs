@@ -135,21 +135,22 @@ const DATABASE_RETRY_AFTER_S: u64 = 5;
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
-        match e {
-            // A database restarting or out of reach is worth a retry, not a 500;
-            // the cause is logged, never shown.
-            crate::store::StoreError::Unavailable(cause) => {
-                tracing::warn!(error = %cause, "the database cannot be reached");
-                ApiError::ServiceUnavailable(DATABASE_RETRY_AFTER_S)
-            }
-            e => ApiError::Internal(e.into()),
-        }
+        ApiError::from(anyhow::Error::from(e))
     }
 }
 
+/// A database restarting or out of reach is worth a retry, not a 500, however
+/// deep in an error's chain it is; the cause is logged, never shown. Anything
+/// else is a 500 with its whole chain logged.
 impl From<anyhow::Error> for ApiError {
     fn from(e: anyhow::Error) -> Self {
-        ApiError::Internal(e)
+        match e.downcast_ref::<crate::store::StoreError>() {
+            Some(crate::store::StoreError::Unavailable(_)) => {
+                tracing::warn!(error = format!("{e:#}"), "the database cannot be reached");
+                ApiError::ServiceUnavailable(DATABASE_RETRY_AFTER_S)
+            }
+            _ => ApiError::Internal(e),
+        }
     }
 }
 
@@ -225,5 +226,33 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for RawBody {
             }
             Err(rejection) => Err(ApiError::InvalidRequest(rejection.body_text())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    #[test]
+    fn a_database_out_of_reach_is_a_503_even_behind_context_and_other_failures_a_500() {
+        let unreachable = || StoreError::Unavailable("connection refused".into());
+        assert!(matches!(
+            ApiError::from(unreachable()),
+            ApiError::ServiceUnavailable(DATABASE_RETRY_AFTER_S)
+        ));
+        let deep = anyhow::Error::from(unreachable()).context("the turn's start");
+        assert!(matches!(
+            ApiError::from(deep),
+            ApiError::ServiceUnavailable(_)
+        ));
+        assert!(matches!(
+            ApiError::from(StoreError::Corrupt("bad row".into())),
+            ApiError::Internal(_)
+        ));
+        assert!(matches!(
+            ApiError::from(anyhow::anyhow!("a bug")),
+            ApiError::Internal(_)
+        ));
     }
 }

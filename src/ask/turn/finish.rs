@@ -114,13 +114,9 @@ impl Turn {
     /// event and a failed `done`.
     pub(super) async fn abort(&mut self, e: anyhow::Error) {
         if self.ready.is_some() {
-            // Before anything was streamed, a database out of reach is a 503 to
-            // retry (`ApiError::from(StoreError)`); anything else is a 500.
-            let refusal = match e.downcast::<crate::store::StoreError>() {
-                Ok(store) => ApiError::from(store),
-                Err(e) => ApiError::Internal(e),
-            };
-            self.start(Err(refusal));
+            // Before anything was streamed: a 503 for a database out of reach,
+            // else a 500 (`ApiError::from`).
+            self.start(Err(ApiError::from(e)));
             return;
         }
         let status = self.stopped(Stop::Internal(e)).await;
