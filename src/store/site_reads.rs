@@ -160,6 +160,21 @@ mod tests {
         (first, waiting)
     }
 
+    /// A question asking after the two reads of a test ended makes a third.
+    async fn a_later_question_reads_again(
+        reads: &SiteReads,
+        made: &Arc<AtomicUsize>,
+        gate: &Arc<tokio::sync::Notify>,
+    ) {
+        gate.notify_one();
+        let later = reads
+            .fresh("s", "d", gated(made, gate, Ok(found(3))))
+            .await
+            .unwrap();
+        assert_eq!(later.tool_version, 3);
+        assert_eq!(made.load(Ordering::SeqCst), 3);
+    }
+
     #[tokio::test]
     async fn questions_asking_together_share_one_read_and_a_later_one_reads_again() {
         let reads = Arc::new(SiteReads::default());
@@ -177,14 +192,7 @@ mod tests {
             assert_eq!(settled(w).await.unwrap().tool_version, 2);
         }
         assert_eq!(made.load(Ordering::SeqCst), 2);
-        // A question asking after every read ended reads again.
-        gate.notify_one();
-        let later = reads
-            .fresh("s", "d", gated(&made, &gate, Ok(found(3))))
-            .await
-            .unwrap();
-        assert_eq!(later.tool_version, 3);
-        assert_eq!(made.load(Ordering::SeqCst), 3);
+        a_later_question_reads_again(&reads, &made, &gate).await;
     }
 
     /// While the database is out of reach, the questions queued on a site fail
@@ -209,12 +217,7 @@ mod tests {
         }
         assert_eq!(made.load(Ordering::SeqCst), 2);
         // Once it answers again, the next question reads and is served.
-        gate.notify_one();
-        let later = reads
-            .fresh("s", "d", gated(&made, &gate, Ok(found(3))))
-            .await
-            .unwrap();
-        assert_eq!(later.tool_version, 3);
+        a_later_question_reads_again(&reads, &made, &gate).await;
     }
 
     #[tokio::test]
