@@ -71,7 +71,11 @@ pub async fn budget_open_with_tool_version(
 }
 
 async fn read_budget_and_tool_version(app: &App, share: &BudgetShare) -> Result<i64, ApiError> {
-    match app.store.budget_and_tool_version(share).await? {
+    match app
+        .store
+        .budget_and_tool_version(share, app.clock.now_ms())
+        .await?
+    {
         (Reservation::Reserved, version) => Ok(version),
         (refusal, _) => Err(super::refused(budget_refusal(refusal, app.clock.now_ms()))),
     }

@@ -8,7 +8,15 @@ use super::Store;
 use super::error::StoreResult;
 use super::site_reads::Found;
 use crate::budget::{BudgetShare, Reservation, judge};
+use crate::clock::Millis;
 use crate::states::MessageStatus;
+
+/// How long this replica's read of a site's budget counts for asking the model
+/// before a question's own read returns.
+const EARLY_READ_MAX_AGE_MS: Millis = 60_000;
+/// The room, in turns' shares, that must have been left then: what other
+/// replicas could have reserved since without this replica knowing.
+const EARLY_ROOM_IN_TURNS: i64 = 10;
 
 impl Store {
     /// Whether a turn could reserve its share of a site's budget for `day` now (a
@@ -32,14 +40,19 @@ impl Store {
     /// for a pooled connection, so two reads side by side cost a turn the
     /// slower of two waits; and questions of one site asking at the same moment
     /// share one read that began after they asked (`site_reads.rs`).
+    /// `now` is when the question asked, for `may_ask_before_reading`.
     pub async fn budget_and_tool_version(
         &self,
         share: &BudgetShare,
+        now: Millis,
     ) -> StoreResult<(Reservation, i64)> {
         let read = self
             .site_reads
-            .fresh(&share.site, &share.day, || {
-                self.read_budget_and_tool_version(share)
+            .fresh(&share.site, &share.day, || async {
+                let found = self.read_budget_and_tool_version(share).await?;
+                let known = &self.known_budgets;
+                known.read(&share.site, &share.day, now, found.used());
+                Ok(found)
             })
             .await?;
         let budget = match read.budget {
@@ -47,6 +60,27 @@ impl Store {
             None => Reservation::Reserved,
         };
         Ok((budget, read.tool_version))
+    }
+
+    /// Whether a question may ask the model (and write its start, whose
+    /// reservation decides) before its budget read returns
+    /// (`ask/turn/head.rs`): only when this replica read the site's budget for
+    /// the day within the last minute and, counting what it reserved since,
+    /// room for `EARLY_ROOM_IN_TURNS` turns' shares was left. A question then
+    /// refused for the budget was sent to the model (and dropped at once) only
+    /// if other replicas reserved that much meanwhile.
+    pub fn may_ask_before_reading(&self, share: &BudgetShare, now: Millis) -> bool {
+        let room = share.reserved.saturating_mul(EARLY_ROOM_IN_TURNS);
+        let since = now.saturating_sub(EARLY_READ_MAX_AGE_MS);
+        self.known_budgets
+            .used(&share.site, &share.day, since)
+            .is_some_and(|used| share.limit.saturating_sub(used) >= room)
+    }
+
+    /// A turn of this replica reserved its share.
+    pub fn note_reserved(&self, share: &BudgetShare) {
+        let known = &self.known_budgets;
+        known.reserved(&share.site, &share.day, share.reserved);
     }
 
     /// The day's budget row (spent, reserved) if it exists, and the site's tool

@@ -16,6 +16,7 @@ mod error;
 mod group;
 mod installation;
 mod knowledge;
+mod known_budget;
 mod leases;
 mod migrate;
 mod operators;
@@ -87,6 +88,8 @@ pub struct Store {
     file_lock: Option<std::sync::Arc<leases::FileLock>>,
     /// The questions' budget and tool-version reads, shared when they coincide.
     site_reads: std::sync::Arc<site_reads::SiteReads>,
+    /// The sites' budgets as this replica last read and reserved them.
+    known_budgets: std::sync::Arc<known_budget::KnownBudgets>,
 }
 
 /// A transaction on either backend.
@@ -204,6 +207,7 @@ impl Store {
                     lease_ms: leases::DEFAULT_LEASE_MS,
                     file_lock: leases::FileLock::take(&url)?.map(std::sync::Arc::new),
                     site_reads: Default::default(),
+                    known_budgets: Default::default(),
                 }
             }
             Backend::Postgres => {
@@ -220,6 +224,7 @@ impl Store {
                     lease_ms: leases::DEFAULT_LEASE_MS,
                     file_lock: None,
                     site_reads: Default::default(),
+                    known_budgets: Default::default(),
                 }
             }
         };

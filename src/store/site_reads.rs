@@ -28,6 +28,14 @@ pub(super) struct Found {
     pub tool_version: i64,
 }
 
+impl Found {
+    /// The day's tokens spent or reserved.
+    pub fn used(&self) -> i64 {
+        self.budget
+            .map_or(0, |(spent, reserved)| spent.saturating_add(reserved))
+    }
+}
+
 /// The site's last read: when it began, for which day, and what came of it.
 /// A database out of reach is shared like a result, so that while it is
 /// unreachable the questions queued on a site fail together after one wait

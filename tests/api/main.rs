@@ -7,6 +7,7 @@ mod confirm;
 mod connections;
 mod crash;
 mod doors;
+mod early_ask;
 mod edges;
 mod expiry;
 mod guards;

@@ -10,6 +10,11 @@ use serde_json::json;
 use crate::support::TestApp;
 
 async fn start_on_postgres() -> TestApp {
+    start_on_postgres_with(crate::support::for_racing).await
+}
+
+/// An app on a fresh PostgreSQL database whose configuration `edit` may change.
+pub async fn start_on_postgres_with(edit: impl FnOnce(&mut deskbell::config::Config)) -> TestApp {
     let url = crate::support::fresh_postgres_database().await;
     let llm = FakeLlm::start().await.unwrap();
     let hook = Webhook::start().await.unwrap();
@@ -20,7 +25,7 @@ async fn start_on_postgres() -> TestApp {
         hook,
         Arc::new(ManualClock::starting_now()),
         None,
-        crate::support::for_racing,
+        edit,
     )
     .await
 }

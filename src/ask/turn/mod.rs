@@ -1,6 +1,7 @@
 //! The turn engine (SPEC §6): one visitor message and everything the assistant
-//! does for it. This file holds the turn's state and its start; `rounds.rs` the
-//! model rounds, `calls.rs` what happens to each tool call, `answer.rs` the
+//! does for it. This file holds the turn's state; `question.rs` a question's
+//! start (its first reads, writes and model request, `head.rs` the request);
+//! `rounds.rs` the model rounds, `calls.rs` what happens to each tool call, `answer.rs` the
 //! continuation after a card is answered (or after a crash), `finish.rs` saving
 //! the answer and ending the stream. The confirmation flow itself — raising,
 //! verifying, deciding, running, recovering — is `confirm/`, which this calls.
@@ -14,12 +15,13 @@
 mod answer;
 mod calls;
 mod finish;
+mod head;
 mod phases;
+mod question;
 mod rounds;
 
 use std::sync::Arc;
 
-use super::prompt::{self, Part};
 use super::{Ready, Sink};
 use crate::app::App;
 use crate::confirm::Verified;
@@ -28,11 +30,10 @@ use crate::guard::{Admission, Caller};
 use crate::ids::{ConversationId, new_id};
 use crate::llm::{ChatMessage, ChatRequest, ModelStream, ProviderError};
 use crate::states::{MessageStatus, Role};
-use crate::store::{BudgetShare, MessageRow, Reservation, TurnEnd, TurnStart};
+use crate::store::{BudgetShare, MessageRow, Reservation};
 use crate::tools::Toolbox;
 use crate::tools::http::Invocation;
 use crate::wire::{Citation, Decision, StreamEvent, Usage};
-use finish::snippet;
 
 /// At most this many model responses per turn; the last is offered no tools, so it
 /// must answer in words.
@@ -172,6 +173,7 @@ impl Turn {
     fn reserved(&mut self) {
         if let Some(a) = self.admission.as_mut() {
             a.mark_reserved();
+            self.app.store.note_reserved(a.share());
         }
     }
 
@@ -199,179 +201,6 @@ impl Turn {
                 "an unfinished answer could not be marked failed"
             );
         }
-    }
-
-    async fn run_question(
-        &mut self,
-        conversation: Option<ConversationId>,
-        message: String,
-    ) -> anyhow::Result<()> {
-        let store = self.app.store.clone();
-        let now = self.app.clock.now_ms();
-        let site = self.caller.site.clone();
-        let is_new = conversation.is_none();
-        self.conversation = conversation.map_or_else(|| new_id("c"), |c| c.as_str().to_string());
-        // Every later line of this turn names its conversation (JSON logs carry
-        // the span's fields).
-        tracing::Span::current().record("conversation", self.conversation.as_str());
-        tracing::info!(conversation = %self.conversation, turn = %self.turn, "question");
-        // A continued conversation's history is read beside the other reads.
-        let conversation = self.conversation.clone();
-        let history = async {
-            match is_new {
-                true => Ok(Vec::new()),
-                false => prompt::history(&store, &conversation).await,
-            }
-        };
-        // The tools are read again for each model round: an operator's change
-        // applies from the next round on every replica (SPEC §15). For the first
-        // round their version is read with the budget, in one round trip, beside
-        // retrieval; the budget is read here, not before the turn
-        // (`guard::admit_question`).
-        let share = self.admission.as_ref().map(|a| a.share().clone());
-        let app = self.app.clone();
-        let reads = async {
-            match share {
-                Some(share) => {
-                    let version = crate::guard::budget_open_with_tool_version(&app, &share).await?;
-                    Ok(site.tools.fresh_at(&store, version).await)
-                }
-                None => Ok(site.tools.fresh(&store).await),
-            }
-        };
-        self.phases.turn(self.began);
-        let ((passages, retrieved_at), tools, history) = Box::pin(async {
-            tokio::join!(
-                async { (self.retrieve(&message).await, tokio::time::Instant::now()) },
-                reads,
-                history
-            )
-        })
-        .await;
-        let history = history?;
-        self.phases.retrieved(retrieved_at - self.began);
-        let tools = match tools {
-            Ok(tools) => tools,
-            Err(refused) => {
-                self.start(Err(refused));
-                return Ok(());
-            }
-        };
-        self.phases.reads(self.began);
-        self.tools = tools;
-        let knowledge = prompt::sources(passages.as_deref());
-        self.knowledge_len = knowledge.len();
-        let mut messages = vec![prompt::system(&site.config, Part::Question, &knowledge)];
-        messages.extend(history);
-        messages.push(ChatMessage::User {
-            content: message.clone(),
-        });
-        let visitor_message =
-            self.message_row(new_id("m"), Role::Visitor, &message, MessageStatus::Sent);
-        let bubble = Bubble {
-            id: new_id("m"),
-            text: String::new(),
-        };
-        let bubble_row = self.bubble_row(&bubble.id);
-        let start = TurnStart {
-            conversation: self.conversation.clone(),
-            is_new,
-            site: site.config.id.clone(),
-            visitor: self.caller.visitor.clone(),
-            now,
-            visitor_message,
-            bubble: bubble_row,
-            budget: self.admission.as_ref().map(|a| a.share().clone()),
-        };
-        // The model is asked while the turn's first writes commit: neither waits
-        // for the other, and the model's answer does not depend on them.
-        let request = self.request(&messages, 0);
-        let began = self.began;
-        let timed = |at: tokio::time::Instant| at.duration_since(began);
-        let ((saved, saved_at), (first, head_at)) = Box::pin(async {
-            tokio::join!(
-                async { (store.begin_turn(start).await, tokio::time::Instant::now()) },
-                async { (self.model(request).await, tokio::time::Instant::now()) }
-            )
-        })
-        .await;
-        self.phases.saved_and_head(timed(saved_at), timed(head_at));
-        match saved? {
-            Reservation::Reserved => {}
-            refusal => {
-                // Turns running at once took the budget since the guard looked.
-                self.start(Err(self.budget_refused(refusal)));
-                return Ok(());
-            }
-        }
-        self.reserved();
-        if is_new {
-            self.app
-                .live
-                .publish(&site.config.id, &self.conversation, "started");
-        }
-        self.open_bubble = Some(bubble.id.clone());
-        let first = match first {
-            Ok(stream) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, "the model could not be reached");
-                crate::ops::metrics::provider_error(e.kind());
-                self.ended(crate::wire::TurnStatus::Failed);
-                Box::pin(
-                    store.finish_turn(TurnEnd {
-                        message: bubble.id.clone(),
-                        text: String::new(),
-                        status: MessageStatus::Failed,
-                        citations: None,
-                        usage: Usage::ZERO,
-                        unreported: 0,
-                        budget: self
-                            .admission
-                            .as_ref()
-                            .and_then(Admission::reserved_share)
-                            .cloned(),
-                        owner: store.owner().to_string(),
-                    }),
-                )
-                .await?;
-                self.open_bubble = None;
-                self.start(Err(ApiError::ProviderUnavailable));
-                return Ok(());
-            }
-        };
-        self.start(Ok(()));
-        self.announce(&bubble.id).await;
-        let mut bubble = bubble;
-        let status = self.rounds(messages, &mut bubble, Some(Ok(first))).await;
-        Box::pin(self.close(bubble, status)).await
-    }
-
-    /// The site's passages for a question, numbered as the answer's possible
-    /// citations; `None` when the site has no knowledge. A failed search is logged
-    /// and the turn goes on without sources.
-    async fn retrieve(&mut self, question: &str) -> Option<Vec<crate::knowledge::Passage>> {
-        let site = &self.caller.site.config.id;
-        if !self.app.knowledge.has(site) {
-            return None;
-        }
-        let passages = match self.app.knowledge.search(site, question).await {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(error = format!("{e:#}"), "knowledge search failed");
-                Vec::new()
-            }
-        };
-        self.sources = passages
-            .iter()
-            .enumerate()
-            .map(|(i, p)| Citation {
-                n: i as u32 + 1,
-                title: p.title.clone(),
-                url: p.url.clone(),
-                snippet: snippet(&p.text),
-            })
-            .collect();
-        Some(passages)
     }
 
     fn request(&self, messages: &[ChatMessage], round: usize) -> ChatRequest {

@@ -1,0 +1,307 @@
+//! A question's start: its first reads, its first writes and its first model
+//! request, and what each refusal or failure among them tells the visitor.
+//! `head.rs` says when the request and the writes go before the reads.
+
+use std::sync::Arc;
+
+use super::finish::snippet;
+use super::head::Asked;
+use super::{Bubble, Turn};
+use crate::ask::prompt::{self, Part};
+use crate::clock::Millis;
+use crate::error::ApiError;
+use crate::guard::Admission;
+use crate::ids::{ConversationId, new_id};
+use crate::llm::{ChatMessage, ProviderError};
+use crate::states::{MessageStatus, Role};
+use crate::store::{BudgetShare, Reservation, StoreResult, TurnEnd, TurnStart};
+use crate::tools::Toolbox;
+use crate::wire::{Citation, Usage};
+
+/// How far a question's start got beside its first reads: asked the model and
+/// wrote its start already (early), or left both for after the reads.
+enum Begun {
+    Early(Asked, StoreResult<Reservation>, tokio::time::Instant),
+    AfterReads(Box<TurnStart>),
+}
+
+impl Turn {
+    pub(super) async fn run_question(
+        &mut self,
+        conversation: Option<ConversationId>,
+        message: String,
+    ) -> anyhow::Result<()> {
+        let store = self.app.store.clone();
+        let now = self.app.clock.now_ms();
+        let is_new = conversation.is_none();
+        self.conversation = conversation.map_or_else(|| new_id("c"), |c| c.as_str().to_string());
+        // Every later line of this turn names its conversation (JSON logs carry
+        // the span's fields).
+        tracing::Span::current().record("conversation", self.conversation.as_str());
+        tracing::info!(conversation = %self.conversation, turn = %self.turn, "question");
+        // A continued conversation's history is read beside the other reads.
+        let conversation = self.conversation.clone();
+        let history = async {
+            match is_new {
+                true => Ok(Vec::new()),
+                false => prompt::history(&store, &conversation).await,
+            }
+        };
+        let share = self.admission.as_ref().map(|a| a.share().clone());
+        // Whether the model is asked, and the turn's start written, while the
+        // budget and tool version are read (`head.rs`).
+        let early = share
+            .as_ref()
+            .is_some_and(|s| store.may_ask_before_reading(s, now));
+        let reads = self.first_reads(share, early, now);
+        let (start, bubble) = self.turn_start(&message, is_new, now);
+        let began = self.began;
+        let timed = move |at: tokio::time::Instant| at.duration_since(began);
+        self.phases.turn(self.began);
+        let (prompted, tools) = Box::pin(async {
+            tokio::join!(
+                async {
+                    let ((passages, retrieved_at), history) = tokio::join!(
+                        async { (self.retrieve(&message).await, tokio::time::Instant::now()) },
+                        history
+                    );
+                    self.phases.retrieved(retrieved_at - self.began);
+                    let messages = self.prompt(passages.as_deref(), history?, &message);
+                    if !early {
+                        return anyhow::Ok((messages, Begun::AfterReads(Box::new(start))));
+                    }
+                    // Written only now: the history read must not see this turn.
+                    let asked = self.ask(&messages);
+                    let saved = store.begin_turn(start).await;
+                    let saved_at = tokio::time::Instant::now();
+                    anyhow::Ok((messages, Begun::Early(asked, saved, saved_at)))
+                },
+                reads
+            )
+        })
+        .await;
+        let (messages, begun) = prompted?;
+        self.phases.reads(self.began);
+        let first = match begun {
+            Begun::Early(asked, saved, saved_at) => {
+                // A refusal drops the request sent early, before any of it was
+                // shown. (The reads refuse nothing here; if they did, the start
+                // already written would be settled as failed.)
+                if !self.started(saved?, &bubble.id, is_new) || !self.took(tools) {
+                    return Ok(());
+                }
+                let asked = if asked.offered(&self.tools) {
+                    asked
+                } else {
+                    tracing::info!(
+                        "the site's tools changed while the model was asked; asking again"
+                    );
+                    self.ask(&messages)
+                };
+                let (first, head_at) = Box::pin(asked.head()).await;
+                self.phases.saved_and_head(timed(saved_at), timed(head_at));
+                first
+            }
+            Begun::AfterReads(start) => {
+                if !self.took(tools) {
+                    return Ok(());
+                }
+                // The model is asked while the turn's first writes commit: neither
+                // waits for the other, and the model's answer does not depend on them.
+                let asked = self.ask(&messages);
+                let ((saved, saved_at), (first, head_at)) = Box::pin(async {
+                    tokio::join!(
+                        async { (store.begin_turn(*start).await, tokio::time::Instant::now()) },
+                        asked.head()
+                    )
+                })
+                .await;
+                self.phases.saved_and_head(timed(saved_at), timed(head_at));
+                if !self.started(saved?, &bubble.id, is_new) {
+                    return Ok(());
+                }
+                first
+            }
+        };
+        let first = match first {
+            Ok(stream) => stream,
+            Err(e) => return Box::pin(self.unreached(e, &bubble.id)).await,
+        };
+        self.start(Ok(()));
+        self.announce(&bubble.id).await;
+        let mut bubble = bubble;
+        let status = self.rounds(messages, &mut bubble, Some(Ok(first))).await;
+        Box::pin(self.close(bubble, status)).await
+    }
+
+    /// What a question reads before its first model round: the site's tools as
+    /// they stand now (an operator's change applies from the next round on
+    /// every replica, SPEC §15), their version read with the budget in one
+    /// round trip. When the model is asked early the turn's own reservation
+    /// decides the budget, and this read only brings the tool version (and
+    /// tells this replica what is left); otherwise a spent budget refuses the
+    /// question here, before the model is asked (`guard::admit_question`).
+    fn first_reads(
+        &self,
+        share: Option<BudgetShare>,
+        early: bool,
+        now: Millis,
+    ) -> impl Future<Output = Result<Arc<Toolbox>, ApiError>> + use<> {
+        let (app, site) = (self.app.clone(), self.caller.site.clone());
+        async move {
+            let store = &app.store;
+            let version = match share {
+                Some(share) if early => match store.budget_and_tool_version(&share, now).await {
+                    Ok((_, version)) => version,
+                    Err(e) => {
+                        tracing::warn!(
+                            error = format!("{e:#}"),
+                            "the tool version could not be read"
+                        );
+                        return Ok(site.tools.snapshot());
+                    }
+                },
+                Some(share) => crate::guard::budget_open_with_tool_version(&app, &share).await?,
+                None => return Ok(site.tools.fresh(store).await),
+            };
+            Ok(site.tools.fresh_at(store, version).await)
+        }
+    }
+
+    /// The turn's first writes: the visitor's message and the answer's bubble
+    /// (its id made second, as ids order the history).
+    fn turn_start(&self, message: &str, is_new: bool, now: Millis) -> (TurnStart, Bubble) {
+        let visitor_message =
+            self.message_row(new_id("m"), Role::Visitor, message, MessageStatus::Sent);
+        let bubble = Bubble {
+            id: new_id("m"),
+            text: String::new(),
+        };
+        let start = TurnStart {
+            conversation: self.conversation.clone(),
+            is_new,
+            site: self.caller.site.config.id.clone(),
+            visitor: self.caller.visitor.clone(),
+            now,
+            visitor_message,
+            bubble: self.bubble_row(&bubble.id),
+            budget: self.admission.as_ref().map(|a| a.share().clone()),
+        };
+        (start, bubble)
+    }
+
+    /// Whether the first reads brought the tools, which this turn then offers;
+    /// if they refused the question, the visitor is told so.
+    fn took(&mut self, tools: Result<Arc<Toolbox>, ApiError>) -> bool {
+        match tools {
+            Ok(tools) => {
+                self.tools = tools;
+                true
+            }
+            Err(refused) => {
+                self.start(Err(refused));
+                false
+            }
+        }
+    }
+
+    /// Whether the turn's start was written; if its budget could not be
+    /// reserved (turns running at once took it since this replica looked),
+    /// the visitor is told so and nothing was written.
+    fn started(&mut self, saved: Reservation, bubble: &str, is_new: bool) -> bool {
+        if saved != Reservation::Reserved {
+            let refusal = self.budget_refused(saved);
+            crate::ops::metrics::guard_refused(refusal.code());
+            self.start(Err(refusal));
+            return false;
+        }
+        self.reserved();
+        if is_new {
+            let site = &self.caller.site.config.id;
+            self.app.live.publish(site, &self.conversation, "started");
+        }
+        self.open_bubble = Some(bubble.to_string());
+        true
+    }
+
+    /// The model could not be reached before anything was streamed: the answer
+    /// is saved as failed and the visitor told `provider_unavailable`.
+    async fn unreached(&mut self, e: ProviderError, bubble: &str) -> anyhow::Result<()> {
+        tracing::warn!(error = %e, "the model could not be reached");
+        crate::ops::metrics::provider_error(e.kind());
+        self.ended(crate::wire::TurnStatus::Failed);
+        let store = self.app.store.clone();
+        store
+            .finish_turn(TurnEnd {
+                message: bubble.to_string(),
+                text: String::new(),
+                status: MessageStatus::Failed,
+                citations: None,
+                usage: Usage::ZERO,
+                unreported: 0,
+                budget: self
+                    .admission
+                    .as_ref()
+                    .and_then(Admission::reserved_share)
+                    .cloned(),
+                owner: store.owner().to_string(),
+            })
+            .await?;
+        self.open_bubble = None;
+        self.start(Err(ApiError::ProviderUnavailable));
+        Ok(())
+    }
+
+    /// The site's passages for a question, numbered as the answer's possible
+    /// citations; `None` when the site has no knowledge. A failed search is logged
+    /// and the turn goes on without sources.
+    async fn retrieve(&mut self, question: &str) -> Option<Vec<crate::knowledge::Passage>> {
+        let site = &self.caller.site.config.id;
+        if !self.app.knowledge.has(site) {
+            return None;
+        }
+        let passages = match self.app.knowledge.search(site, question).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = format!("{e:#}"), "knowledge search failed");
+                Vec::new()
+            }
+        };
+        self.sources = passages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Citation {
+                n: i as u32 + 1,
+                title: p.title.clone(),
+                url: p.url.clone(),
+                snippet: snippet(&p.text),
+            })
+            .collect();
+        Some(passages)
+    }
+
+    /// The first round's messages: the system prompt with the question's
+    /// sources, the conversation so far and the question.
+    fn prompt(
+        &mut self,
+        passages: Option<&[crate::knowledge::Passage]>,
+        history: Vec<ChatMessage>,
+        question: &str,
+    ) -> Vec<ChatMessage> {
+        let knowledge = prompt::sources(passages);
+        self.knowledge_len = knowledge.len();
+        let system = prompt::system(&self.caller.site.config, Part::Question, &knowledge);
+        let mut messages = vec![system];
+        messages.extend(history);
+        messages.push(ChatMessage::User {
+            content: question.to_string(),
+        });
+        messages
+    }
+
+    /// Sends the first round's request with the tools as they stand in this turn.
+    fn ask(&self, messages: &[ChatMessage]) -> Asked {
+        let request = self.request(messages, 0);
+        Asked::send(&self.app, request, self.tools.clone(), self.deadline)
+    }
+}

@@ -1,0 +1,125 @@
+//! A question asks the model before its own budget read returns, when this
+//! replica last saw plenty of the budget left (`ask/turn/head.rs`); its
+//! reservation and that read still decide whether anything of it is shown. On
+//! PostgreSQL a test holds both back with a lock on the budgets table, so what
+//! happens while they wait is seen for certain.
+
+use std::time::Duration;
+
+use deskbell::states::OperatorRole;
+use deskbell::testkit::Reply as Script;
+use serde_json::json;
+use sqlx::{Any, Transaction};
+
+use crate::postgres::start_on_postgres_with;
+use crate::support::TestApp;
+
+/// A transaction that keeps every read and write of the budgets table waiting
+/// until it ends.
+async fn hold_budgets(t: &TestApp) -> Transaction<'static, Any> {
+    let pool = sqlx::AnyPool::connect(&t.database_url).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE budgets IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx
+}
+
+/// Waits until the model has seen more than `seen` requests.
+async fn model_asked(t: &TestApp, seen: usize) {
+    let asked = async {
+        while t.llm.requests().len() <= seen {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), asked)
+        .await
+        .expect("the model was not asked while the budget read waited");
+}
+
+#[tokio::test]
+async fn a_question_asks_the_model_while_its_budget_read_waits() {
+    let t = start_on_postgres_with(|_| {}).await;
+    let token = t.visitor().await;
+    // The replica's first question reads the budget before asking the model.
+    assert_eq!(t.question(&token, None, "Hi").await.status, 200);
+    let seen = t.llm.requests().len();
+    let held = hold_budgets(&t).await;
+    t.llm.push(Script::text("Asked early."));
+    let (reply, ()) = tokio::join!(t.question(&token, None, "Hi again"), async {
+        model_asked(&t, seen).await;
+        held.rollback().await.unwrap();
+    });
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    assert_eq!(reply.text(), "Asked early.");
+    assert_eq!(t.llm.requests().len(), seen + 1, "the model was asked once");
+}
+
+#[tokio::test]
+async fn a_question_asked_early_is_refused_when_its_reservation_finds_the_budget_spent() {
+    let t = start_on_postgres_with(|c| {
+        c.sites[0].limits.daily_token_budget = 1_000;
+        c.sites[0].limits.max_tokens_per_turn = 50;
+    })
+    .await;
+    let token = t.visitor().await;
+    let first = t.question(&token, None, "Hi").await;
+    assert_eq!(first.status, 200);
+    let seen = t.llm.requests().len();
+    // Another replica spends the day's budget while this one's read waits.
+    let mut held = hold_budgets(&t).await;
+    sqlx::query("UPDATE budgets SET spent = 1000")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    t.llm.push(Script::text("Never shown."));
+    let (refused, ()) = tokio::join!(t.question(&token, None, "Hi again"), async {
+        model_asked(&t, seen).await;
+        held.commit().await.unwrap();
+    });
+    assert_eq!(
+        (refused.status, refused.code()),
+        (429, "daily_budget_exhausted")
+    );
+    // Now that the replica knows, a question is not sent to the model (which
+    // may bill it).
+    let again = t.question(&token, None, "And again").await;
+    assert_eq!(again.code(), "daily_budget_exhausted");
+    assert_eq!(t.llm.requests().len(), seen + 1);
+}
+
+/// On either database: whether or not the request sent early reached the model
+/// before the read returned, the answer streamed comes from a request with the
+/// tools as changed on another replica.
+#[tokio::test]
+async fn a_request_sent_early_with_tools_changed_since_is_sent_again_with_the_new_ones() {
+    let t = TestApp::start().await;
+    let other = t.replica(|_| {}).await;
+    let token = other.visitor().await;
+    assert_eq!(other.question(&token, None, "Hi").await.status, 200);
+    let seen = other.llm.requests().len();
+    let admin = t.console(OperatorRole::Admin).await;
+    let r = admin
+        .patch_tool("acme", "lookup_order", json!({"policy": "off"}))
+        .await;
+    assert_eq!(r.status, 200);
+    let r = other.question(&token, None, "Where is order 7?").await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.event("done")["status"], "answered");
+    let requests = other.llm.requests();
+    let offered = |i: usize| requests[i]["tools"].to_string().contains("lookup_order");
+    assert!(
+        !offered(requests.len() - 1),
+        "the answer's request offers the new tools"
+    );
+    match requests.len() - seen {
+        1 => {}
+        2 => assert!(
+            offered(seen),
+            "the request sent early offered the old tools"
+        ),
+        n => panic!("{n} requests for one question"),
+    }
+    assert!(other.hook.calls().is_empty());
+}
