@@ -14,8 +14,10 @@ use crate::states::MessageStatus;
 /// How long this replica's read of a site's budget counts for asking the model
 /// before a question's own read returns.
 const EARLY_READ_MAX_AGE_MS: Millis = 60_000;
-/// The room, in turns' shares, that must have been left then: what other
-/// replicas could have reserved since without this replica knowing.
+/// The room, in turns' shares, that must have been left then: a margin for
+/// what other replicas may have reserved since without this replica knowing.
+/// Past it, a question is sent to the model and the request dropped at once
+/// when its reservation is refused; the budget itself is never overshot.
 const EARLY_ROOM_IN_TURNS: i64 = 10;
 
 impl Store {
@@ -49,9 +51,10 @@ impl Store {
         let read = self
             .site_reads
             .fresh(&share.site, &share.day, || async {
-                let found = self.read_budget_and_tool_version(share).await?;
                 let known = &self.known_budgets;
-                known.read(&share.site, &share.day, now, found.used());
+                let mark = known.before_read(&share.site);
+                let found = self.read_budget_and_tool_version(share).await?;
+                known.read(&share.site, &share.day, now, found.used(), mark);
                 Ok(found)
             })
             .await?;
@@ -68,7 +71,7 @@ impl Store {
     /// the day within the last minute and, counting what it reserved since,
     /// room for `EARLY_ROOM_IN_TURNS` turns' shares was left. A question then
     /// refused for the budget was sent to the model (and dropped at once) only
-    /// if other replicas reserved that much meanwhile.
+    /// if other replicas reserved more than that meanwhile.
     pub fn may_ask_before_reading(&self, share: &BudgetShare, now: Millis) -> bool {
         let room = share.reserved.saturating_mul(EARLY_ROOM_IN_TURNS);
         let since = now.saturating_sub(EARLY_READ_MAX_AGE_MS);

@@ -123,3 +123,39 @@ async fn a_request_sent_early_with_tools_changed_since_is_sent_again_with_the_ne
     }
     assert!(other.hook.calls().is_empty());
 }
+
+/// The same on PostgreSQL, seen for certain: the request sent early offered the
+/// old tools, and the answer comes from the one asked again with the new.
+#[tokio::test]
+async fn a_request_sent_early_with_old_tools_is_dropped_for_one_with_the_new() {
+    let t = start_on_postgres_with(|_| {}).await;
+    let other = t.replica(|_| {}).await;
+    let token = other.visitor().await;
+    assert_eq!(other.question(&token, None, "Hi").await.status, 200);
+    let seen = other.llm.requests().len();
+    let admin = t.console(OperatorRole::Admin).await;
+    let r = admin
+        .patch_tool("acme", "lookup_order", json!({"policy": "off"}))
+        .await;
+    assert_eq!(r.status, 200);
+    let held = hold_budgets(&other).await;
+    other.llm.push(Script::text("Dropped."));
+    other.llm.push(Script::text("With the new tools."));
+    let (reply, ()) = tokio::join!(other.question(&token, None, "Where is order 7?"), async {
+        model_asked(&other, seen).await;
+        held.rollback().await.unwrap();
+    });
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    assert_eq!(reply.text(), "With the new tools.");
+    let requests = other.llm.requests();
+    assert_eq!(requests.len(), seen + 2);
+    let offered = |i: usize| requests[i]["tools"].to_string().contains("lookup_order");
+    assert!(
+        offered(seen),
+        "the request sent early offered the old tools"
+    );
+    assert!(
+        !offered(seen + 1),
+        "the answer's request offers the new tools"
+    );
+}

@@ -85,8 +85,8 @@ impl Turn {
         let first = match begun {
             Begun::Early(asked, saved, saved_at) => {
                 // A refusal drops the request sent early, before any of it was
-                // shown. (The reads refuse nothing here; if they did, the start
-                // already written would be settled as failed.)
+                // shown. (The reads refuse nothing here but a failure to read;
+                // then the start already written is settled as failed.)
                 if !self.started(saved?, &bubble.id, is_new) || !self.took(tools) {
                     return Ok(());
                 }
@@ -106,20 +106,16 @@ impl Turn {
                 if !self.took(tools) {
                     return Ok(());
                 }
-                // The model is asked while the turn's first writes commit: neither
-                // waits for the other, and the model's answer does not depend on them.
+                // The model is asked (on a task of its own) while the turn's first
+                // writes commit, and a refused start does not wait for it.
                 let asked = self.ask(&messages);
-                let ((saved, saved_at), (first, head_at)) = Box::pin(async {
-                    tokio::join!(
-                        async { (store.begin_turn(*start).await, tokio::time::Instant::now()) },
-                        asked.head()
-                    )
-                })
-                .await;
-                self.phases.saved_and_head(timed(saved_at), timed(head_at));
+                let saved = Box::pin(store.begin_turn(*start)).await;
+                let saved_at = tokio::time::Instant::now();
                 if !self.started(saved?, &bubble.id, is_new) {
                     return Ok(());
                 }
+                let (first, head_at) = Box::pin(asked.head()).await;
+                self.phases.saved_and_head(timed(saved_at), timed(head_at));
                 first
             }
         };
@@ -151,16 +147,10 @@ impl Turn {
         async move {
             let store = &app.store;
             let version = match share {
-                Some(share) if early => match store.budget_and_tool_version(&share, now).await {
-                    Ok((_, version)) => version,
-                    Err(e) => {
-                        tracing::warn!(
-                            error = format!("{e:#}"),
-                            "the tool version could not be read"
-                        );
-                        return Ok(site.tools.snapshot());
-                    }
-                },
+                // A failed read fails the question even though its start may
+                // be written (the start is then settled as failed): the tools
+                // last read here may be older than an operator's change.
+                Some(share) if early => store.budget_and_tool_version(&share, now).await?.1,
                 Some(share) => crate::guard::budget_open_with_tool_version(&app, &share).await?,
                 None => return Ok(site.tools.fresh(store).await),
             };
