@@ -89,12 +89,49 @@ async fn a_question_asked_early_is_refused_when_its_reservation_finds_the_budget
     assert_eq!(t.llm.requests().len(), seen + 1);
 }
 
-/// On either database: whether or not the request sent early reached the model
-/// before the read returned, the answer streamed comes from a request with the
-/// tools as changed on another replica.
+/// A question asked early in a conversation with a pending card, refused by its
+/// reservation, wrote nothing: the card is still pending, not superseded.
 #[tokio::test]
-async fn a_request_sent_early_with_tools_changed_since_is_sent_again_with_the_new_ones() {
-    let t = TestApp::start().await;
+async fn a_refused_early_question_leaves_the_conversations_card_pending() {
+    let t = start_on_postgres_with(|c| {
+        c.sites[0].limits.daily_token_budget = 1_000;
+        c.sites[0].limits.max_tokens_per_turn = 50;
+    })
+    .await;
+    let token = t.visitor().await;
+    let (conversation, card) = t.raise_card(&token).await;
+    let before = t.history(&token, &conversation).await.json;
+    let seen = t.llm.requests().len();
+    let mut held = hold_budgets(&t).await;
+    sqlx::query("UPDATE budgets SET spent = 1000")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    let (refused, ()) = tokio::join!(
+        t.question(&token, Some(&conversation), "Actually, never mind"),
+        async {
+            model_asked(&t, seen).await;
+            held.commit().await.unwrap();
+        }
+    );
+    assert_eq!(refused.code(), "daily_budget_exhausted");
+    let after = t.history(&token, &conversation).await.json;
+    assert_eq!(after, before, "the refused question changed the history");
+    assert_eq!(after["messages"][1]["steps"][0]["status"], "pending");
+    assert_eq!(
+        t.audit_events(card["call"].as_str().unwrap()).await,
+        ["requested"]
+    );
+}
+
+fn offers_lookup(request: &serde_json::Value) -> bool {
+    request["tools"].to_string().contains("lookup_order")
+}
+
+/// A second replica that has read the budget and the tools, then one tool
+/// switched off through the first; with a visitor of the second and the number
+/// of model requests so far.
+async fn a_replica_behind_a_tool_change(t: &TestApp) -> (TestApp, String, usize) {
     let other = t.replica(|_| {}).await;
     let token = other.visitor().await;
     assert_eq!(other.question(&token, None, "Hi").await.status, 200);
@@ -104,11 +141,21 @@ async fn a_request_sent_early_with_tools_changed_since_is_sent_again_with_the_ne
         .patch_tool("acme", "lookup_order", json!({"policy": "off"}))
         .await;
     assert_eq!(r.status, 200);
+    (other, token, seen)
+}
+
+/// On either database: whether or not the request sent early reached the model
+/// before the read returned, the answer streamed comes from a request with the
+/// tools as changed on another replica.
+#[tokio::test]
+async fn a_request_sent_early_with_tools_changed_since_is_sent_again_with_the_new_ones() {
+    let t = TestApp::start().await;
+    let (other, token, seen) = a_replica_behind_a_tool_change(&t).await;
     let r = other.question(&token, None, "Where is order 7?").await;
     assert_eq!(r.status, 200, "{}", r.json);
     assert_eq!(r.event("done")["status"], "answered");
     let requests = other.llm.requests();
-    let offered = |i: usize| requests[i]["tools"].to_string().contains("lookup_order");
+    let offered = |i: usize| offers_lookup(&requests[i]);
     assert!(
         !offered(requests.len() - 1),
         "the answer's request offers the new tools"
@@ -129,15 +176,7 @@ async fn a_request_sent_early_with_tools_changed_since_is_sent_again_with_the_ne
 #[tokio::test]
 async fn a_request_sent_early_with_old_tools_is_dropped_for_one_with_the_new() {
     let t = start_on_postgres_with(|_| {}).await;
-    let other = t.replica(|_| {}).await;
-    let token = other.visitor().await;
-    assert_eq!(other.question(&token, None, "Hi").await.status, 200);
-    let seen = other.llm.requests().len();
-    let admin = t.console(OperatorRole::Admin).await;
-    let r = admin
-        .patch_tool("acme", "lookup_order", json!({"policy": "off"}))
-        .await;
-    assert_eq!(r.status, 200);
+    let (other, token, seen) = a_replica_behind_a_tool_change(&t).await;
     let held = hold_budgets(&other).await;
     other.llm.push(Script::text("Dropped."));
     other.llm.push(Script::text("With the new tools."));
