@@ -198,3 +198,40 @@ async fn a_request_sent_early_with_old_tools_is_dropped_for_one_with_the_new() {
         "the answer's request offers the new tools"
     );
 }
+
+/// A question whose start was written early but whose tool read failed is not
+/// answered with the tools last read here (they may predate an operator's
+/// change): it fails, and its written start is settled — the answer marked
+/// failed, the reservation given back.
+#[tokio::test]
+async fn a_failed_tool_read_after_an_early_start_fails_the_question_and_settles_it() {
+    let t = start_on_postgres_with(|_| {}).await;
+    let token = t.visitor().await;
+    let first = t.question(&token, None, "Hi").await;
+    assert_eq!(first.status, 200);
+    let conversation = first.conversation();
+    let db = sqlx::AnyPool::connect(&t.database_url).await.unwrap();
+    sqlx::query("ALTER TABLE tool_versions RENAME TO tool_versions_gone")
+        .execute(&db)
+        .await
+        .unwrap();
+    t.llm.push(Script::text("Never shown."));
+    let failed = t.question(&token, Some(&conversation), "Hi again").await;
+    assert_eq!(failed.status, 500, "{}", failed.json);
+    sqlx::query("ALTER TABLE tool_versions_gone RENAME TO tool_versions")
+        .execute(&db)
+        .await
+        .unwrap();
+    let history = t.history(&token, &conversation).await.json;
+    let messages = history["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 4, "{history}");
+    assert_eq!(messages[3]["status"], "failed");
+    let reserved: i64 = sqlx::query_scalar("SELECT reserved FROM budgets")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(reserved, 0, "the early start's reservation was given back");
+    t.llm.push(Script::text("Back."));
+    let again = t.question(&token, Some(&conversation), "And again").await;
+    assert_eq!(again.text(), "Back.");
+}
