@@ -26,6 +26,26 @@ async fn hold_budgets(t: &TestApp) -> Transaction<'static, Any> {
     tx
 }
 
+/// An app whose site may spend 1,000 tokens a day and 50 a turn.
+async fn with_a_small_budget() -> TestApp {
+    start_on_postgres_with(|c| {
+        c.sites[0].limits.daily_token_budget = 1_000;
+        c.sites[0].limits.max_tokens_per_turn = 50;
+    })
+    .await
+}
+
+/// The budgets table held, and the day's budget spent in that transaction as
+/// another replica would spend it: seen by this replica once it commits.
+async fn spent_by_another_replica(t: &TestApp) -> Transaction<'static, Any> {
+    let mut held = hold_budgets(t).await;
+    sqlx::query("UPDATE budgets SET spent = 1000")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    held
+}
+
 /// Waits until the model has seen more than `seen` requests.
 async fn model_asked(t: &TestApp, seen: usize) {
     let asked = async {
@@ -58,21 +78,12 @@ async fn a_question_asks_the_model_while_its_budget_read_waits() {
 
 #[tokio::test]
 async fn a_question_asked_early_is_refused_when_its_reservation_finds_the_budget_spent() {
-    let t = start_on_postgres_with(|c| {
-        c.sites[0].limits.daily_token_budget = 1_000;
-        c.sites[0].limits.max_tokens_per_turn = 50;
-    })
-    .await;
+    let t = with_a_small_budget().await;
     let token = t.visitor().await;
     let first = t.question(&token, None, "Hi").await;
     assert_eq!(first.status, 200);
     let seen = t.llm.requests().len();
-    // Another replica spends the day's budget while this one's read waits.
-    let mut held = hold_budgets(&t).await;
-    sqlx::query("UPDATE budgets SET spent = 1000")
-        .execute(&mut *held)
-        .await
-        .unwrap();
+    let held = spent_by_another_replica(&t).await;
     t.llm.push(Script::text("Never shown."));
     let (refused, ()) = tokio::join!(t.question(&token, None, "Hi again"), async {
         model_asked(&t, seen).await;
@@ -93,20 +104,12 @@ async fn a_question_asked_early_is_refused_when_its_reservation_finds_the_budget
 /// reservation, wrote nothing: the card is still pending, not superseded.
 #[tokio::test]
 async fn a_refused_early_question_leaves_the_conversations_card_pending() {
-    let t = start_on_postgres_with(|c| {
-        c.sites[0].limits.daily_token_budget = 1_000;
-        c.sites[0].limits.max_tokens_per_turn = 50;
-    })
-    .await;
+    let t = with_a_small_budget().await;
     let token = t.visitor().await;
     let (conversation, card) = t.raise_card(&token).await;
     let before = t.history(&token, &conversation).await.json;
     let seen = t.llm.requests().len();
-    let mut held = hold_budgets(&t).await;
-    sqlx::query("UPDATE budgets SET spent = 1000")
-        .execute(&mut *held)
-        .await
-        .unwrap();
+    let held = spent_by_another_replica(&t).await;
     let (refused, ()) = tokio::join!(
         t.question(&token, Some(&conversation), "Actually, never mind"),
         async {
