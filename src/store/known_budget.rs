@@ -47,24 +47,24 @@ impl KnownBudgets {
     /// replaces what was known (reads of a site run one at a time,
     /// `site_reads.rs`), keeping the shares reserved here since it began.
     pub(super) fn read(&self, site: &str, day: &str, read_at: Millis, used: i64, mark: i64) {
-        let mut sites = self.sites();
-        let site = sites.entry(site.to_string()).or_default();
-        let since = site.reserved_here.saturating_sub(mark);
-        site.last = Some(Known {
-            day: day.to_string(),
-            read_at,
-            used: used.saturating_add(since),
+        self.with_site(site, |site| {
+            let since = site.reserved_here.saturating_sub(mark);
+            site.last = Some(Known {
+                day: day.to_string(),
+                read_at,
+                used: used.saturating_add(since),
+            });
         });
     }
 
     /// This replica reserved `share` tokens of `site`'s budget for `day`.
     pub(super) fn reserved(&self, site: &str, day: &str, share: i64) {
-        let mut sites = self.sites();
-        let site = sites.entry(site.to_string()).or_default();
-        site.reserved_here = site.reserved_here.saturating_add(share);
-        if let Some(known) = site.last.as_mut().filter(|k| k.day == day) {
-            known.used = known.used.saturating_add(share);
-        }
+        self.with_site(site, |site| {
+            site.reserved_here = site.reserved_here.saturating_add(share);
+            if let Some(known) = site.last.as_mut().filter(|k| k.day == day) {
+                known.used = known.used.saturating_add(share);
+            }
+        });
     }
 
     /// The tokens of `site`'s budget for `day` spent or reserved as far as this
@@ -75,6 +75,16 @@ impl KnownBudgets {
             .and_then(|s| s.last.as_ref())
             .filter(|k| k.day == day && k.read_at >= since)
             .map(|k| k.used)
+    }
+
+    /// Runs `f` on the site's entry, made on first use: its name is copied
+    /// only then, not on every turn's reservation.
+    fn with_site<R>(&self, site: &str, f: impl FnOnce(&mut Site) -> R) -> R {
+        let mut sites = self.sites();
+        if let Some(known) = sites.get_mut(site) {
+            return f(known);
+        }
+        f(sites.entry(site.to_string()).or_default())
     }
 
     fn sites(&self) -> std::sync::MutexGuard<'_, HashMap<String, Site>> {
