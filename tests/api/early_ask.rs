@@ -238,3 +238,46 @@ async fn a_failed_tool_read_after_an_early_start_fails_the_question_and_settles_
     let again = t.question(&token, Some(&conversation), "And again").await;
     assert_eq!(again.text(), "Back.");
 }
+
+/// On the read-first path (this replica's first question), a start refused by
+/// its own reservation — the budget spent between the read and the write — is
+/// told at once, not after the model's first piece (here the model never
+/// answers, and is waited for up to a minute).
+#[tokio::test]
+async fn a_start_refused_after_the_read_does_not_wait_for_the_model() {
+    let t = start_on_postgres_with(|c| {
+        c.sites[0].limits.daily_token_budget = 1_000;
+        c.sites[0].limits.max_tokens_per_turn = 50;
+        // A model silent this long would otherwise be waited for.
+        c.llm.idle_timeout_s = 60.0;
+    })
+    .await;
+    let token = t.visitor().await;
+    let db = sqlx::AnyPool::connect(&t.database_url).await.unwrap();
+    let mut held = db.begin().await.unwrap();
+    // Reads pass; the start's reservation waits for this transaction.
+    sqlx::query("LOCK TABLE budgets IN SHARE MODE")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    let day = deskbell::budget::utc_day(deskbell::clock::Clock::now_ms(&*t.clock));
+    sqlx::query("INSERT INTO budgets (site, day, spent, reserved) VALUES ('acme', $1, 1000, 0)")
+        .bind(&day)
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    t.llm.push(Script::Stall);
+    let question = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::join!(t.question(&token, None, "Hi"), async {
+            model_asked(&t, 0).await;
+            held.commit().await.unwrap();
+        })
+    });
+    let (refused, ()) = question
+        .await
+        .expect("the refusal waited for the model's first piece");
+    assert_eq!(
+        (refused.status, refused.code()),
+        (429, "daily_budget_exhausted")
+    );
+}
