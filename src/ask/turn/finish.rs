@@ -116,7 +116,7 @@ impl Turn {
         if self.ready.is_some() {
             // Before anything was streamed: a 503 for a database out of reach,
             // else a 500 (`ApiError::from`).
-            self.start(Err(ApiError::from(e)));
+            Box::pin(self.refuse_after_start(ApiError::from(e))).await;
             return;
         }
         let status = self.stopped(Stop::Internal(e)).await;
@@ -127,6 +127,21 @@ impl Turn {
                 usage: self.usage,
             })
             .await;
+    }
+
+    /// Refuses a question before anything of it was streamed. A start already
+    /// written is settled as failed first, so whatever the visitor reads after
+    /// the error (the history, the budget) already shows the answer failed and
+    /// its reservation given back. A database out of reach would keep its 503
+    /// waiting for that write, so it is told at once and the start settled
+    /// after (or, failing that, through the replica's lease).
+    pub(super) async fn refuse_after_start(&mut self, refused: ApiError) {
+        if matches!(refused, ApiError::ServiceUnavailable(_)) {
+            self.start(Err(refused));
+            return;
+        }
+        Box::pin(self.settle()).await;
+        self.start(Err(refused));
     }
 }
 

@@ -87,9 +87,18 @@ impl Turn {
                 // A refusal drops the request sent early, before any of it was
                 // shown. (The reads refuse nothing here but a failure to read;
                 // then the start already written is settled as failed.)
-                if !self.started(saved?, &bubble.id, is_new) || !self.took(tools) {
+                if !self.started(saved?, &bubble.id, is_new) {
                     return Ok(());
                 }
+                let tools = match tools {
+                    Ok(tools) => tools,
+                    Err(refused) => {
+                        drop(asked);
+                        Box::pin(self.refuse_after_start(refused)).await;
+                        return Ok(());
+                    }
+                };
+                self.tools = tools;
                 let asked = if asked.offered(&self.tools) {
                     asked
                 } else {
@@ -181,7 +190,8 @@ impl Turn {
     }
 
     /// Whether the first reads brought the tools, which this turn then offers;
-    /// if they refused the question, the visitor is told so.
+    /// if they refused the question (before its start was written), the
+    /// visitor is told so.
     fn took(&mut self, tools: Result<Arc<Toolbox>, ApiError>) -> bool {
         match tools {
             Ok(tools) => {
