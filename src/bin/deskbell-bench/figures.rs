@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::client::Client;
 use crate::server;
-use crate::stats::{Samples, ms, report};
+use crate::stats::{Round, Samples, ms, report};
 
 pub struct Sizes {
     pub concurrency: usize,
@@ -171,7 +171,7 @@ pub async fn model_ttft(
     llm: &FakeLlm,
     concurrency: usize,
     per_client: usize,
-) -> anyhow::Result<Samples> {
+) -> anyhow::Result<Round> {
     let http = reqwest::Client::new();
     let url = format!("{}/chat/completions", llm.base_url);
     let tasks = (0..concurrency).map(|_| {
@@ -196,11 +196,11 @@ pub async fn model_ttft(
             samples
         })
     });
-    let mut all = Samples::default();
+    let mut round = Round::default();
     for done in futures_util::future::join_all(tasks).await {
-        all.extend(done?);
+        round.add_client(done?);
     }
-    Ok(all)
+    Ok(round)
 }
 
 pub async fn asks_in_parallel(
@@ -213,7 +213,8 @@ pub async fn asks_in_parallel(
     for _ in 0..concurrency {
         tokens.push(client.visitor(site).await?);
     }
-    ask_each(client, &tokens, &vec!["hi".to_string(); per_client]).await
+    let (round, refused) = ask_each(client, &tokens, &vec!["hi".to_string(); per_client]).await?;
+    Ok((round.all(), refused))
 }
 
 /// Every visitor asks the questions one after another, all visitors at once;
@@ -223,7 +224,7 @@ pub async fn ask_each(
     client: &Client,
     tokens: &[String],
     questions: &[String],
-) -> anyhow::Result<(Samples, usize)> {
+) -> anyhow::Result<(Round, usize)> {
     let tasks = tokens.iter().cloned().map(|token| {
         let client = client.clone();
         let questions = questions.to_vec();
@@ -239,14 +240,14 @@ pub async fn ask_each(
             (samples, refused)
         })
     });
-    let mut all = Samples::default();
+    let mut round = Round::default();
     let mut refused = 0;
     for done in futures_util::future::join_all(tasks).await {
         let (s, r) = done?;
-        all.extend(s);
+        round.add_client(s);
         refused += r;
     }
-    Ok((all, refused))
+    Ok((round, refused))
 }
 
 /// Times to first token of short questions at `base` (after a warm-up), and of
@@ -261,7 +262,9 @@ pub async fn ttft_at(
     asks_in_parallel(&client, "bench", sizes.concurrency, 2).await?;
     let (deskbell, _) =
         asks_in_parallel(&client, "bench", sizes.concurrency, sizes.asks_per_client).await?;
-    let model = model_ttft(llm, sizes.concurrency, sizes.asks_per_client).await?;
+    let model = model_ttft(llm, sizes.concurrency, sizes.asks_per_client)
+        .await?
+        .all();
     Ok((deskbell, model))
 }
 
@@ -428,7 +431,7 @@ async fn confirm_round_trip(sizes: &Sizes) -> anyhow::Result<()> {
             round_trips.push(first);
         }
     }
-    let model = model_ttft(&llm, 1, sizes.confirm_samples).await?;
+    let model = model_ttft(&llm, 1, sizes.confirm_samples).await?.all();
     let hook_time = webhook_time(&hook, sizes.confirm_samples).await?;
     let overhead = |p: f64| {
         round_trips

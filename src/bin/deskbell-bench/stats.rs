@@ -37,6 +37,32 @@ impl Samples {
     }
 }
 
+/// A round of clients that each ask one after another, all starting at the same
+/// instant: each client's first sample (the round's opening wave, which meets
+/// every other client's first request at once) apart from the rest.
+#[derive(Default)]
+pub struct Round {
+    pub opening: Samples,
+    pub rest: Samples,
+}
+
+impl Round {
+    /// Adds one client's samples, in the order it took them.
+    pub fn add_client(&mut self, samples: Samples) {
+        let mut taken = samples.0.into_iter();
+        if let Some(first) = taken.next() {
+            self.opening.push(first);
+        }
+        self.rest.0.extend(taken);
+    }
+
+    pub fn all(self) -> Samples {
+        let mut all = self.opening;
+        all.extend(self.rest);
+        all
+    }
+}
+
 pub fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1000.0)
 }
