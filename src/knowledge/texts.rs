@@ -7,8 +7,9 @@
 
 use std::sync::{Arc, Mutex};
 
+use tantivy::index::SegmentId;
 use tantivy::schema::Value;
-use tantivy::{DocAddress, Searcher, TantivyDocument};
+use tantivy::{DocAddress, Opstamp, Searcher, TantivyDocument};
 
 use super::index::{Fields, Passage};
 
@@ -41,7 +42,32 @@ fn size_of(p: &Passage) -> usize {
 /// when the text would not fit.
 pub(super) struct Generation {
     id: u64,
+    /// The generation's segments in order, with their deletes: a later
+    /// generation with the same ones has the same addresses. tantivy reloads
+    /// without any change too (its watcher's first look at a just-written
+    /// index), and that must not drop the kept text.
+    layout: Vec<(SegmentId, Option<Opstamp>)>,
     segments: Option<Vec<Vec<Passage>>>,
+}
+
+fn layout(searcher: &Searcher) -> Vec<(SegmentId, Option<Opstamp>)> {
+    searcher
+        .segment_readers()
+        .iter()
+        .map(|r| (r.segment_id(), r.delete_opstamp()))
+        .collect()
+}
+
+impl Generation {
+    fn serves(&self, searcher: &Searcher) -> bool {
+        let readers = searcher.segment_readers();
+        self.layout.len() == readers.len()
+            && self
+                .layout
+                .iter()
+                .zip(readers)
+                .all(|(&(id, deletes), r)| id == r.segment_id() && deletes == r.delete_opstamp())
+    }
 }
 
 /// The latest generation read, and the one being read, if any.
@@ -117,7 +143,7 @@ impl Texts {
         lock(&self.state).reading = Some(id);
         match read_all(searcher, fields, self.limit) {
             Ok(segments) => {
-                keep(&self.state, id, segments);
+                keep(&self.state, id, layout(searcher), segments);
                 Ok(())
             }
             Err(e) => {
@@ -130,10 +156,11 @@ impl Texts {
         }
     }
 
-    /// The searcher's generation, if it has been read.
+    /// The searcher's generation (or one with the same segments), if it has
+    /// been read.
     fn current(&self, searcher: &Searcher) -> Option<Arc<Generation>> {
-        let id = searcher.generation().generation_id();
-        lock(&self.state).latest.clone().filter(|g| g.id == id)
+        let latest = lock(&self.state).latest.clone();
+        latest.filter(|g| g.serves(searcher))
     }
 
     /// Has the searcher's generation read on a thread of its own, unless one
@@ -148,15 +175,16 @@ impl Texts {
             state.reading = Some(id);
         }
         let (state, searcher, limit) = (self.state.clone(), searcher.clone(), self.limit);
+        let layout = layout(&searcher);
         let spawned = std::thread::Builder::new()
             .name("deskbell-texts".into())
             .spawn(move || match read_all(&searcher, fields, limit) {
-                Ok(segments) => keep(&state, id, segments),
+                Ok(segments) => keep(&state, id, layout, segments),
                 Err(e) => {
                     // Searched from the document store until the next update,
                     // rather than read again for every search.
                     tracing::warn!(error = %e, "knowledge texts could not be read");
-                    keep(&state, id, None);
+                    keep(&state, id, layout, None);
                 }
             });
         if spawned.is_err() {
@@ -166,13 +194,22 @@ impl Texts {
 }
 
 /// Keeps a generation read, unless a later one is kept already.
-fn keep(state: &Mutex<State>, id: u64, segments: Option<Vec<Vec<Passage>>>) {
+fn keep(
+    state: &Mutex<State>,
+    id: u64,
+    layout: Vec<(SegmentId, Option<Opstamp>)>,
+    segments: Option<Vec<Vec<Passage>>>,
+) {
     let mut state = lock(state);
     if state.reading == Some(id) {
         state.reading = None;
     }
     if state.latest.as_ref().is_none_or(|g| g.id < id) {
-        state.latest = Some(Arc::new(Generation { id, segments }));
+        state.latest = Some(Arc::new(Generation {
+            id,
+            layout,
+            segments,
+        }));
     }
 }
 
