@@ -8,10 +8,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use tantivy::collector::TopDocs;
-use tantivy::query::QueryParser;
+use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, QueryParser, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
 };
+use tantivy::tokenizer::TextAnalyzer;
 use tantivy::{Index, IndexReader, ReloadPolicy, Term, doc};
 
 use super::chunk::chunks;
@@ -20,6 +21,8 @@ use super::texts::{self, Texts};
 
 const MANIFEST: &str = "deskbell-manifest.json";
 const WRITER_MEMORY: usize = 50_000_000;
+/// How much more a word in a passage's title counts than one in its body.
+const TITLE_BOOST: f32 = 1.5;
 
 #[derive(Clone, Copy)]
 pub(super) struct Fields {
@@ -70,9 +73,11 @@ pub struct Report {
 pub struct SiteIndex {
     reader: IndexReader,
     fields: Fields,
-    /// The question parsers, exact and allowing one typo per word, made once:
-    /// each holds the index's schema and tokenizers.
-    exact: QueryParser,
+    /// The fields' analyzer (English stemming), which turns a question into the
+    /// index's terms for the exact pass.
+    words: TextAnalyzer,
+    /// The parser of the second pass, allowing one typo per word, made once: it
+    /// holds the index's schema and tokenizers.
     fuzzy: QueryParser,
     texts: Texts,
 }
@@ -96,18 +101,13 @@ impl SiteIndex {
             .reader_builder()
             .reload_policy(ReloadPolicy::OnCommitWithDelay)
             .try_into()?;
-        let parser = |typos: bool| {
-            let mut parser = QueryParser::for_index(&index, vec![fields.title, fields.body]);
-            parser.set_field_boost(fields.title, 1.5);
-            if typos {
-                parser.set_field_fuzzy(fields.body, false, 1, true);
-                parser.set_field_fuzzy(fields.title, false, 1, true);
-            }
-            parser
-        };
+        let mut fuzzy = QueryParser::for_index(&index, vec![fields.title, fields.body]);
+        fuzzy.set_field_boost(fields.title, TITLE_BOOST);
+        fuzzy.set_field_fuzzy(fields.body, false, 1, true);
+        fuzzy.set_field_fuzzy(fields.title, false, 1, true);
         let site = SiteIndex {
-            exact: parser(false),
-            fuzzy: parser(true),
+            words: index.tokenizer_for_field(fields.body)?,
+            fuzzy,
             reader,
             fields,
             texts: Texts::new(limit),
@@ -133,13 +133,12 @@ impl SiteIndex {
             .chars()
             .map(|c| if c.is_alphanumeric() { c } else { ' ' })
             .collect();
-        let mut hits = Vec::new();
-        for parser in [&self.exact, &self.fuzzy] {
-            let (query, _) = parser.parse_query_lenient(&cleaned);
-            hits = searcher.search(&query, &TopDocs::with_limit(limit.max(1)).order_by_score())?;
-            if !hits.is_empty() {
-                break;
-            }
+        let top = TopDocs::with_limit(limit.max(1)).order_by_score();
+        let mut hits = searcher.search(&self.exact_query(&cleaned), &top)?;
+        if hits.is_empty() {
+            // Lower case, so that the parser takes no word for an operator.
+            let (query, _) = self.fuzzy.parse_query_lenient(&cleaned.to_lowercase());
+            hits = searcher.search(&query, &top)?;
         }
         hits.into_iter()
             .map(|(score, address)| {
@@ -148,6 +147,35 @@ impl SiteIndex {
                 Ok(passage)
             })
             .collect()
+    }
+
+    /// Every word of the question in the title (boosted) or the body, as one
+    /// flat disjunction of term queries. It scores each passage as the query
+    /// parser's `(title:w OR body:w) OR …` does, BM25 summed over the same terms,
+    /// but only a flat one lets tantivy skip blocks of passages that cannot reach
+    /// the top (block-max WAND); the nested groups made every question score
+    /// every passage holding any of its words. Words are never operators here.
+    fn exact_query(&self, cleaned: &str) -> BooleanQuery {
+        let mut words = self.words.clone();
+        let mut stream = words.token_stream(cleaned);
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        // A word asked twice counts once, as with the parser.
+        let mut seen = std::collections::HashSet::new();
+        while let Some(token) = stream.next() {
+            if !seen.insert(token.text.clone()) {
+                continue;
+            }
+            let term = |field| {
+                TermQuery::new(
+                    Term::from_field_text(field, &token.text),
+                    IndexRecordOption::WithFreqs,
+                )
+            };
+            let title = BoostQuery::new(Box::new(term(self.fields.title)), TITLE_BOOST);
+            clauses.push((Occur::Should, Box::new(title)));
+            clauses.push((Occur::Should, Box::new(term(self.fields.body))));
+        }
+        BooleanQuery::new(clauses)
     }
 }
 
@@ -386,5 +414,97 @@ mod tests {
         }
         let found = kept.search("descale the kettle", 1).unwrap();
         assert!(found[0].text.contains("white vinegar"), "{found:?}");
+    }
+
+    /// The query language is not for visitors: a question's `NOT`, `AND` or `OR`
+    /// is a word like any other, and excludes nothing.
+    #[test]
+    fn a_question_s_operator_words_are_only_words() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("knowledge").join("acme");
+        let docs = vec![document("shipping.md", "Shipping takes two days.", 0)];
+        ingest(&dir, docs, Vec::new()).unwrap();
+        let index = SiteIndex::open(&dir).unwrap();
+        for question in [
+            "NOT shipping",
+            "shipping AND returns",
+            "-shipping",
+            "shipping OR",
+            "NOT shiping",
+        ] {
+            assert_eq!(index.search(question, 5).unwrap().len(), 1, "{question}");
+        }
+    }
+
+    /// The question parser's exact query as it was: one group per word over the
+    /// title (boosted) and the body.
+    fn parsed_query(index: &SiteIndex, cleaned: &str) -> Box<dyn Query> {
+        let tantivy = index.reader.searcher().index().clone();
+        let mut parser =
+            QueryParser::for_index(&tantivy, vec![index.fields.title, index.fields.body]);
+        parser.set_field_boost(index.fields.title, TITLE_BOOST);
+        parser.parse_query_lenient(cleaned).0
+    }
+
+    fn scored(
+        index: &SiteIndex,
+        query: &dyn Query,
+        limit: usize,
+    ) -> Vec<(f32, tantivy::DocAddress)> {
+        let top = TopDocs::with_limit(limit).order_by_score();
+        index.reader.searcher().search(query, &top).unwrap()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+        /// The flat exact query finds the passages the parser's nested one finds,
+        /// with the same scores, for every limit: skipping blocks changes the work,
+        /// never the answer.
+        #[test]
+        fn the_flat_exact_query_scores_as_the_parsed_one(
+            texts in proptest::collection::vec(proptest::collection::vec(0usize..40, 1..60), 1..40),
+            questions in proptest::collection::vec(proptest::collection::vec(0usize..45, 0..6), 1..12),
+            limit in 1usize..6,
+        ) {
+            let word = |w: usize| format!("w{}ord{}", w % 7, w);
+            let data = tempfile::tempdir().unwrap();
+            let dir = data.path().join("knowledge").join("acme");
+            let docs = texts
+                .iter()
+                .enumerate()
+                .map(|(i, words)| {
+                    let text: Vec<String> = words.iter().map(|&w| word(w)).collect();
+                    let mut doc = document(&format!("doc{i}.md"), &text.join(" "), 0);
+                    doc.title = word(words[0]);
+                    doc
+                })
+                .collect();
+            ingest(&dir, docs, Vec::new()).unwrap();
+            let index = SiteIndex::open(&dir).unwrap();
+            for question in &questions {
+                let words: Vec<String> = question.iter().map(|&w| word(w)).collect();
+                let cleaned = words.join(" ");
+                let flat = index.exact_query(&cleaned);
+                let parsed = parsed_query(&index, &cleaned);
+                // With room for every passage, the same passages with the same scores.
+                let mut everything = scored(&index, &flat, texts.len());
+                let mut before = scored(&index, parsed.as_ref(), texts.len());
+                everything.sort_by_key(|(_, address)| *address);
+                before.sort_by_key(|(_, address)| *address);
+                proptest::prop_assert_eq!(everything.len(), before.len(), "{}", cleaned);
+                for ((a, x), (b, y)) in everything.iter().zip(&before) {
+                    proptest::prop_assert_eq!(x, y);
+                    proptest::prop_assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{} {} {}", cleaned, a, b);
+                }
+                // With a small limit, the same best scores (ties may pick either passage).
+                let best = scored(&index, &flat, limit);
+                let best_before = scored(&index, parsed.as_ref(), limit);
+                proptest::prop_assert_eq!(best.len(), best_before.len());
+                for ((a, _), (b, _)) in best.iter().zip(&best_before) {
+                    proptest::prop_assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{} {} {}", cleaned, a, b);
+                }
+            }
+        }
     }
 }
