@@ -158,7 +158,11 @@ fn a_token_that_is_not_a_number_gives_no_number_and_a_block_of_zeros_gives_zero(
     m.product(&x, 8, &mut out).unwrap();
     let ones: f32 = m.dequantize()[BLOCK..].iter().sum();
     assert!((out[0] - ones).abs() < 1e-3, "{} against {ones}", out[0]);
-    assert!(out[1].is_nan() && out[2].is_nan(), "{out:?}");
+    assert!(out[1].is_nan(), "{out:?}");
+    // An infinity times a positive weight stays infinite where the product is
+    // f32 (a CPU without AVX-512 VNNI), and is not a number where the token is
+    // quantized: never a finite number either way.
+    assert!(!out[2].is_finite(), "{out:?}");
     assert!(out[3..].iter().all(|v| *v == 0.0), "{out:?}");
 }
 
