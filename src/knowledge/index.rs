@@ -416,6 +416,23 @@ mod tests {
         assert!(found[0].text.contains("white vinegar"), "{found:?}");
     }
 
+    /// tantivy reloads with nothing changed too (its watcher's first look at a
+    /// just-written index): the new generation has the same segments, so the
+    /// kept text still serves it.
+    #[test]
+    fn a_reload_with_nothing_changed_keeps_the_text() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("knowledge").join("acme");
+        let docs = vec![document("kettle.md", "Descale the kettle.", 0)];
+        ingest(&dir, docs, Vec::new()).unwrap();
+        let index = SiteIndex::open(&dir).unwrap();
+        let before = index.reader.searcher().generation().generation_id();
+        index.reader.reload().unwrap();
+        let searcher = index.reader.searcher();
+        assert_ne!(searcher.generation().generation_id(), before);
+        assert!(index.texts.kept(&searcher));
+    }
+
     /// The query language is not for visitors: a question's `NOT`, `AND` or `OR`
     /// is a word like any other, and excludes nothing.
     #[test]

@@ -50,23 +50,17 @@ pub(super) struct Generation {
     segments: Option<Vec<Vec<Passage>>>,
 }
 
-fn layout(searcher: &Searcher) -> Vec<(SegmentId, Option<Opstamp>)> {
+/// The searcher's segments in order, with their deletes.
+fn layout(searcher: &Searcher) -> impl Iterator<Item = (SegmentId, Option<Opstamp>)> + '_ {
     searcher
         .segment_readers()
         .iter()
         .map(|r| (r.segment_id(), r.delete_opstamp()))
-        .collect()
 }
 
 impl Generation {
     fn serves(&self, searcher: &Searcher) -> bool {
-        let readers = searcher.segment_readers();
-        self.layout.len() == readers.len()
-            && self
-                .layout
-                .iter()
-                .zip(readers)
-                .all(|(&(id, deletes), r)| id == r.segment_id() && deletes == r.delete_opstamp())
+        self.layout.iter().copied().eq(layout(searcher))
     }
 }
 
@@ -143,7 +137,7 @@ impl Texts {
         lock(&self.state).reading = Some(id);
         match read_all(searcher, fields, self.limit) {
             Ok(segments) => {
-                keep(&self.state, id, layout(searcher), segments);
+                keep(&self.state, id, layout(searcher).collect(), segments);
                 Ok(())
             }
             Err(e) => {
@@ -175,7 +169,7 @@ impl Texts {
             state.reading = Some(id);
         }
         let (state, searcher, limit) = (self.state.clone(), searcher.clone(), self.limit);
-        let layout = layout(&searcher);
+        let layout = layout(&searcher).collect();
         let spawned = std::thread::Builder::new()
             .name("deskbell-texts".into())
             .spawn(move || match read_all(&searcher, fields, limit) {
