@@ -4,9 +4,11 @@
 
 mod fake_llm;
 pub mod haproxy;
+mod postgres;
 mod webhook;
 
 pub use fake_llm::{FakeLlm, Piece, Reply};
+pub use postgres::fresh_database as fresh_postgres;
 pub use webhook::{HookReply, Recorded, Webhook};
 
 use tokio::net::TcpListener;

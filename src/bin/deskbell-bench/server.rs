@@ -231,22 +231,9 @@ async fn database(dir: &std::path::Path) -> anyhow::Result<String> {
     fresh_postgres(&server).await
 }
 
-/// A fresh, empty database on the PostgreSQL server at `server`. The server's
-/// URL may carry connection parameters (`?sslmode=disable`, `?host=/run/postgresql`),
-/// which the database's URL keeps.
+/// A fresh, empty database named `bench_…` on the PostgreSQL server at `server`.
 pub async fn fresh_postgres(server: &str) -> anyhow::Result<String> {
-    sqlx::any::install_default_drivers();
-    let (base, parameters) = match server.split_once('?') {
-        Some((base, parameters)) => (base, format!("?{parameters}")),
-        None => (server, String::new()),
-    };
-    let admin = sqlx::AnyPool::connect(&format!("{base}/postgres{parameters}")).await?;
-    let name = deskbell::ids::new_id("bench");
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&admin)
-        .await?;
-    admin.close().await;
-    Ok(format!("{base}/{name}{parameters}"))
+    deskbell::testkit::fresh_postgres(server, "bench").await
 }
 
 impl Server {

@@ -50,17 +50,9 @@ pub fn config_file(name: &str, text: &str) -> (tempfile::TempDir, std::path::Pat
 pub async fn fresh_postgres_database() -> String {
     let server = std::env::var("DESKBELL_TEST_POSTGRES")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-    sqlx::any::install_default_drivers();
-    let admin = sqlx::AnyPool::connect(&format!("{server}/postgres"))
+    deskbell::testkit::fresh_postgres(&server, "deskbell_test")
         .await
-        .expect("PostgreSQL must be running for these tests");
-    let name = format!("deskbell_test_{}", uuid::Uuid::now_v7().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
-    format!("{server}/{name}")
+        .expect("PostgreSQL must be running for these tests")
 }
 
 /// A loopback port free at this moment, for a child process to bind.
