@@ -480,7 +480,7 @@ mod tests {
         /// never the answer.
         #[test]
         fn the_flat_exact_query_scores_as_the_parsed_one(
-            texts in proptest::collection::vec(proptest::collection::vec(0usize..40, 1..60), 1..40),
+            texts in proptest::collection::vec(proptest::collection::vec(0usize..40, 1..30), 1..400),
             questions in proptest::collection::vec(proptest::collection::vec(0usize..45, 0..6), 1..12),
             limit in 1usize..6,
         ) {
