@@ -416,16 +416,21 @@ mod tests {
         assert!(found[0].text.contains("white vinegar"), "{found:?}");
     }
 
+    /// A site's index of `docs` in a fresh folder, which the first value keeps.
+    fn index_of(docs: Vec<Document>) -> (tempfile::TempDir, SiteIndex) {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("knowledge").join("acme");
+        ingest(&dir, docs, Vec::new()).unwrap();
+        let index = SiteIndex::open(&dir).unwrap();
+        (data, index)
+    }
+
     /// tantivy reloads with nothing changed too (its watcher's first look at a
     /// just-written index): the new generation has the same segments, so the
     /// kept text still serves it.
     #[test]
     fn a_reload_with_nothing_changed_keeps_the_text() {
-        let data = tempfile::tempdir().unwrap();
-        let dir = data.path().join("knowledge").join("acme");
-        let docs = vec![document("kettle.md", "Descale the kettle.", 0)];
-        ingest(&dir, docs, Vec::new()).unwrap();
-        let index = SiteIndex::open(&dir).unwrap();
+        let (_data, index) = index_of(vec![document("kettle.md", "Descale the kettle.", 0)]);
         let before = index.reader.searcher().generation().generation_id();
         index.reader.reload().unwrap();
         let searcher = index.reader.searcher();
@@ -437,11 +442,7 @@ mod tests {
     /// is a word like any other, and excludes nothing.
     #[test]
     fn a_question_s_operator_words_are_only_words() {
-        let data = tempfile::tempdir().unwrap();
-        let dir = data.path().join("knowledge").join("acme");
-        let docs = vec![document("shipping.md", "Shipping takes two days.", 0)];
-        ingest(&dir, docs, Vec::new()).unwrap();
-        let index = SiteIndex::open(&dir).unwrap();
+        let (_data, index) = index_of(vec![document("shipping.md", "Shipping takes two days.", 0)]);
         for question in [
             "NOT shipping",
             "shipping AND returns",
@@ -485,8 +486,6 @@ mod tests {
             limit in 1usize..6,
         ) {
             let word = |w: usize| format!("w{}ord{}", w % 7, w);
-            let data = tempfile::tempdir().unwrap();
-            let dir = data.path().join("knowledge").join("acme");
             let docs = texts
                 .iter()
                 .enumerate()
@@ -497,8 +496,7 @@ mod tests {
                     doc
                 })
                 .collect();
-            ingest(&dir, docs, Vec::new()).unwrap();
-            let index = SiteIndex::open(&dir).unwrap();
+            let (_data, index) = index_of(docs);
             for question in &questions {
                 let words: Vec<String> = question.iter().map(|&w| word(w)).collect();
                 let cleaned = words.join(" ");
