@@ -4,6 +4,7 @@
 //! assembled tool calls and usage comes out. Anything that speaks that interface
 //! (a remote API today, an embedded model later) plugs in the same way.
 
+mod body;
 pub mod chunks;
 #[cfg(feature = "local-model")]
 pub mod local;

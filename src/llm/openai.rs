@@ -9,16 +9,19 @@ use bytes::Bytes;
 use eventsource_stream::Eventsource;
 use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt, stream};
-use serde_json::{Value, json};
+use reqwest::header::CONTENT_TYPE;
 
+use super::body::Body;
 use super::chunks::ChunkDecoder;
-use super::{ChatMessage, ChatRequest, ModelEvent, ModelStream, Provider, ProviderError};
+use super::{ChatRequest, ModelEvent, ModelStream, Provider, ProviderError};
 use crate::config::LlmConfig;
 use crate::secret::Secret;
 
 pub struct OpenAiProvider {
     http: reqwest::Client,
-    url: String,
+    /// `…/chat/completions`, parsed once (the base URL was checked with the
+    /// configuration).
+    url: reqwest::Url,
     model: String,
     api_key: Option<Secret>,
     idle: Duration,
@@ -36,7 +39,10 @@ impl OpenAiProvider {
         let http = http.build()?;
         Ok(Self {
             http,
-            url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
+            url: reqwest::Url::parse(&format!(
+                "{}/chat/completions",
+                config.base_url.trim_end_matches('/')
+            ))?,
             model: config.model.clone(),
             api_key: config.api_key.clone(),
             idle: Duration::from_secs_f64(config.idle_timeout_s),
@@ -44,26 +50,21 @@ impl OpenAiProvider {
         })
     }
 
-    fn body(&self, request: &ChatRequest) -> Value {
-        let mut body = json!({
-            "model": self.model,
-            "messages": request.messages.iter().map(message_json).collect::<Vec<_>>(),
-            "stream": true,
-            "stream_options": {"include_usage": true},
-            "max_tokens": request.max_tokens,
-        });
-        if !request.tools.is_empty() {
-            body["tools"] = request
-                .tools
-                .iter()
-                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
-                .collect();
-        }
-        body
+    /// The request's JSON, written once for every attempt. Writing it cannot
+    /// fail for these shapes (string keys, no custom serializer that errs); if
+    /// it ever did, retrying would not help, so it is not a transient error.
+    fn body(&self, request: &ChatRequest) -> Result<Bytes, ProviderError> {
+        serde_json::to_vec(&Body::new(&self.model, request))
+            .map(Bytes::from)
+            .map_err(|e| ProviderError::Protocol(format!("the request could not be written: {e}")))
     }
 
-    async fn attempt(&self, body: &Value) -> Result<ModelStream, ProviderError> {
-        let mut post = self.http.post(&self.url).json(body);
+    async fn attempt(&self, body: &Bytes) -> Result<ModelStream, ProviderError> {
+        let mut post = self
+            .http
+            .post(self.url.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.clone());
         if let Some(key) = &self.api_key {
             post = post.bearer_auth(String::from_utf8_lossy(key.expose()));
         }
@@ -89,7 +90,7 @@ impl OpenAiProvider {
 impl Provider for OpenAiProvider {
     fn stream(&self, request: ChatRequest) -> BoxFuture<'_, Result<ModelStream, ProviderError>> {
         Box::pin(async move {
-            let body = self.body(&request);
+            let body = self.body(&request)?;
             let mut attempt = 0;
             loop {
                 match self.attempt(&body).await {
@@ -114,35 +115,6 @@ fn without_url(e: &reqwest::Error) -> String {
         text = text.replace(url.as_str(), "<provider>");
     }
     text
-}
-
-fn message_json(message: &ChatMessage) -> Value {
-    match message {
-        ChatMessage::System { content } => json!({"role": "system", "content": content}),
-        ChatMessage::User { content } => json!({"role": "user", "content": content}),
-        ChatMessage::Assistant {
-            content,
-            tool_calls,
-        } if tool_calls.is_empty() => {
-            json!({"role": "assistant", "content": content})
-        }
-        ChatMessage::Assistant {
-            content,
-            tool_calls,
-        } => json!({
-            "role": "assistant",
-            "content": if content.is_empty() { Value::Null } else { Value::String(content.clone()) },
-            "tool_calls": tool_calls.iter().map(|c| json!({
-                "id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}
-            })).collect::<Vec<_>>(),
-        }),
-        ChatMessage::Tool {
-            tool_call_id,
-            content,
-        } => {
-            json!({"role": "tool", "tool_call_id": tool_call_id, "content": content})
-        }
-    }
 }
 
 struct DecodeState<S> {
