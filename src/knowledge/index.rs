@@ -13,7 +13,7 @@ use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
 };
 use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{Index, IndexReader, ReloadPolicy, Term, doc};
+use tantivy::{Index, IndexReader, ReloadPolicy, Searcher, Term, doc};
 
 use super::chunk::chunks;
 use super::source::{Document, Skipped};
@@ -23,6 +23,18 @@ const MANIFEST: &str = "deskbell-manifest.json";
 const WRITER_MEMORY: usize = 50_000_000;
 /// How much more a word in a passage's title counts than one in its body.
 const TITLE_BOOST: f32 = 1.5;
+
+/// Up to this many passages and words, a question's exact search runs on the
+/// async thread that asked (`search_in_place`). It took some 30 µs for a few
+/// words over 3,000 passages and 0.4–0.7 ms over 100,000 (BENCHMARKS.md), so
+/// up to here it is estimated to stay within the 10–100 µs a task may run
+/// between awaits; a question's words each add two term queries. A hand-off to
+/// a blocking thread costs two thread switches and sends the turn to the back
+/// of the run queue. On a server pinned to one core, with a hundred questions
+/// at once, this and a lighter model request (measured together) halved the
+/// opening wave's first-token p99 (BENCHMARKS.md, "Searching in place").
+const IN_PLACE_PASSAGES: u64 = 10_000;
+const IN_PLACE_WORDS: usize = 32;
 
 #[derive(Clone, Copy)]
 pub(super) struct Fields {
@@ -127,7 +139,40 @@ impl SiteIndex {
     /// The best `limit` passages by BM25; when no word matches exactly, a second
     /// try allows one typo per word.
     pub fn search(&self, question: &str, limit: usize) -> anyhow::Result<Vec<Passage>> {
+        self.find(&self.reader.searcher(), question, limit, true)
+    }
+
+    /// The exact search alone, when it is cheap enough for the async thread
+    /// that asked: a small index whose text is in memory (so nothing is read
+    /// from disk) and a question of a few words. `None` when it is not, or when
+    /// no word matched as written; `search` then does the whole of it.
+    pub fn search_in_place(
+        &self,
+        question: &str,
+        limit: usize,
+    ) -> anyhow::Result<Option<Vec<Passage>>> {
         let searcher = self.reader.searcher();
+        let words = question
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .count();
+        if searcher.num_docs() > IN_PLACE_PASSAGES
+            || words > IN_PLACE_WORDS
+            || !self.texts.kept(&searcher)
+        {
+            return Ok(None);
+        }
+        let found = self.find(&searcher, question, limit, false)?;
+        Ok((!found.is_empty()).then_some(found))
+    }
+
+    fn find(
+        &self,
+        searcher: &Searcher,
+        question: &str,
+        limit: usize,
+        fuzzy: bool,
+    ) -> anyhow::Result<Vec<Passage>> {
         // Only words: the query language's operators are not for visitors.
         let cleaned: String = question
             .chars()
@@ -135,14 +180,14 @@ impl SiteIndex {
             .collect();
         let top = TopDocs::with_limit(limit.max(1)).order_by_score();
         let mut hits = searcher.search(&self.exact_query(&cleaned), &top)?;
-        if hits.is_empty() {
+        if hits.is_empty() && fuzzy {
             // Lower case, so that the parser takes no word for an operator.
             let (query, _) = self.fuzzy.parse_query_lenient(&cleaned.to_lowercase());
             hits = searcher.search(&query, &top)?;
         }
         hits.into_iter()
             .map(|(score, address)| {
-                let mut passage = self.texts.get(&searcher, self.fields, address)?;
+                let mut passage = self.texts.get(searcher, self.fields, address)?;
                 passage.score = score;
                 Ok(passage)
             })
@@ -452,6 +497,21 @@ mod tests {
         ] {
             assert_eq!(index.search(question, 5).unwrap().len(), 1, "{question}");
         }
+    }
+
+    /// The in-place search (`Knowledge::search_top`) tries the words only as
+    /// written and only for a short question; the rest is left to the full
+    /// search, which forgives a typo.
+    #[test]
+    fn only_a_short_exact_question_is_searched_in_place() {
+        let (_data, index) = index_of(vec![document("shipping.md", "Shipping takes two days.", 0)]);
+        let in_place = |q: &str| index.search_in_place(q, 5).unwrap().map(|p| p.len());
+        assert_eq!(in_place("shipping"), Some(1));
+        assert_eq!(in_place("shiping"), None);
+        assert_eq!(index.search("shiping", 5).unwrap().len(), 1);
+        let long = format!("shipping{}", " and".repeat(IN_PLACE_WORDS));
+        assert_eq!(in_place(&long), None);
+        assert_eq!(index.search(&long, 5).unwrap().len(), 1);
     }
 
     /// The question parser's exact query as it was: one group per word over the

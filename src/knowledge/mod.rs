@@ -60,12 +60,13 @@ impl Knowledge {
         sites.get(site).cloned()
     }
 
-    /// The passages most relevant to a question, off the async threads.
+    /// The passages most relevant to a question.
     pub async fn search(&self, site: &str, question: &str) -> anyhow::Result<Vec<Passage>> {
         self.search_top(site, question, PASSAGES).await
     }
 
-    /// The `limit` best passages.
+    /// The `limit` best passages: in place when the exact search is cheap
+    /// (`SiteIndex::search_in_place`), otherwise on a blocking thread.
     pub async fn search_top(
         &self,
         site: &str,
@@ -75,6 +76,11 @@ impl Knowledge {
         let Some(index) = self.index(site) else {
             return Ok(Vec::new());
         };
+        // When nothing matched as written, the blocking search repeats this
+        // (cheap, as it was in place) before its typo-forgiving try.
+        if let Some(found) = index.search_in_place(question, limit)? {
+            return Ok(found);
+        }
         let question = question.to_string();
         tokio::task::spawn_blocking(move || index.search(&question, limit)).await?
     }

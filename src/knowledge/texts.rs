@@ -121,7 +121,6 @@ impl Texts {
     }
 
     /// Whether the searcher's passages are kept in memory.
-    #[cfg(test)]
     pub(super) fn kept(&self, searcher: &Searcher) -> bool {
         self.current(searcher).is_some_and(|g| g.segments.is_some())
     }
