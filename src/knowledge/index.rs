@@ -151,6 +151,9 @@ impl SiteIndex {
         question: &str,
         limit: usize,
     ) -> anyhow::Result<Option<Vec<Passage>>> {
+        // One searcher for the checks and the search. (Should another generation
+        // be read between them, the text comes from the store, as for any
+        // search meeting a generation not read: on an index this small, briefly.)
         let searcher = self.reader.searcher();
         let words = question
             .split(|c: char| !c.is_alphanumeric())
@@ -500,11 +503,16 @@ mod tests {
     }
 
     /// The in-place search (`Knowledge::search_top`) tries the words only as
-    /// written and only for a short question; the rest is left to the full
-    /// search, which forgives a typo.
+    /// written, only for a short question and only when the passages' text is
+    /// in memory (the document store would be a read from disk); the rest is
+    /// left to the full search, which forgives a typo.
     #[test]
     fn only_a_short_exact_question_is_searched_in_place() {
-        let (_data, index) = index_of(vec![document("shipping.md", "Shipping takes two days.", 0)]);
+        let (data, index) = index_of(vec![document("shipping.md", "Shipping takes two days.", 0)]);
+        let stored =
+            SiteIndex::open_keeping(&data.path().join("knowledge").join("acme"), 0).unwrap();
+        assert_eq!(stored.search_in_place("shipping", 5).unwrap(), None);
+        assert_eq!(stored.search("shipping", 5).unwrap().len(), 1);
         let in_place = |q: &str| index.search_in_place(q, 5).unwrap().map(|p| p.len());
         assert_eq!(in_place("shipping"), Some(1));
         assert_eq!(in_place("shiping"), None);
@@ -512,6 +520,26 @@ mod tests {
         let long = format!("shipping{}", " and".repeat(IN_PLACE_WORDS));
         assert_eq!(in_place(&long), None);
         assert_eq!(index.search(&long, 5).unwrap().len(), 1);
+    }
+
+    /// A larger index is searched on a blocking thread, however short the
+    /// question: its search may take longer than a task should hold a thread.
+    #[test]
+    fn a_large_index_is_not_searched_in_place() {
+        let passages = IN_PLACE_PASSAGES as usize + 1;
+        let docs = (0..passages)
+            .map(|i| {
+                document(
+                    &format!("doc{i}.md"),
+                    &format!("Parcel {i} ships daily."),
+                    0,
+                )
+            })
+            .collect();
+        let (_data, index) = index_of(docs);
+        assert_eq!(index.reader.searcher().num_docs(), passages as u64);
+        assert_eq!(index.search_in_place("parcel", 5).unwrap(), None);
+        assert_eq!(index.search("parcel", 5).unwrap().len(), 5);
     }
 
     /// The question parser's exact query as it was: one group per word over the
