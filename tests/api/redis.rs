@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use deskbell::states::OperatorRole;
 use deskbell::testkit::{Piece, Reply as Script};
 use serde_json::json;
 
@@ -115,13 +116,27 @@ async fn without_redis_asks_wait_with_503_history_still_works_and_asks_come_back
         .question(&visitor, Some(&conversation), "Still there?")
         .await;
     assert_eq!((r.status, r.code()), (503, "service_unavailable"));
-    assert!(r.headers.contains_key("retry-after"));
+    let wait: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&wait), "Retry-After {wait}");
     let history = t.history(&visitor, &conversation).await;
     assert_eq!(history.status, 200, "history does not need Redis");
     let minted = t
         .post("/v1/visitors", None, ORIGIN, json!({"site": "acme"}))
         .await;
     assert_eq!(minted.status, 200, "nor does minting a visitor");
+    // Nor does the operator API, from signing in to reading the conversation.
+    let console = t.console(OperatorRole::Agent).await;
+    let listed = console.get("/v1/operator/conversations").await;
+    assert_eq!(listed.status, 200, "{:?}", listed.json);
+    assert!(
+        listed.json.to_string().contains(&conversation),
+        "{:?}",
+        listed.json
+    );
+    let read = console
+        .get(&format!("/v1/operator/conversations/{conversation}"))
+        .await;
+    assert_eq!(read.status, 200, "{:?}", read.json);
 
     redis.restart().await;
     let mut back = None;
