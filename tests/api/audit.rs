@@ -26,12 +26,7 @@ async fn the_audit_export_writes_every_row_oldest_first() {
             .output()
             .unwrap()
     };
-    let out = export("jsonl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = crate::support::succeeded(export("jsonl"));
     let rows: Vec<Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()

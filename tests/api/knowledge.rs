@@ -191,15 +191,12 @@ fn ingest_reports_skips_and_is_incremental() {
     )
     .unwrap();
     let ingest = || {
-        let out = crate::support::deskbell_command()
-            .args(["ingest", "--config"])
-            .arg(&config)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = crate::support::succeeded(
+            crate::support::deskbell_command()
+                .args(["ingest", "--config"])
+                .arg(&config)
+                .output()
+                .unwrap(),
         );
         String::from_utf8(out.stdout).unwrap()
     };

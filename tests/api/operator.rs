@@ -354,12 +354,7 @@ fn operator_add_reads_the_password_from_standard_input_and_token_prints_one_that
         .unwrap()
         .write_all(b"a long enough password\n")
         .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = crate::support::succeeded(child.wait_with_output().unwrap());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("eve@example.test (agent)"), "{stdout}");
     assert!(

@@ -18,6 +18,7 @@ mod reply;
 pub use console::{Console, PASSWORD, session_cookie};
 pub use processes::{
     ask_as_new_visitor, config_file, deskbell_command, free_port, fresh_postgres_database,
+    succeeded,
 };
 pub use redis::{RedisChild, redis_url};
 pub use reply::{Reply, parse_sse, read};

@@ -37,6 +37,17 @@ pub fn deskbell_command() -> std::process::Command {
     c
 }
 
+/// A finished command's output, which must have succeeded (its standard error
+/// is the failure's message).
+pub fn succeeded(out: std::process::Output) -> std::process::Output {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A configuration file in a fresh temporary folder (kept alive by the first value).
 pub fn config_file(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
