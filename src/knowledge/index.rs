@@ -36,6 +36,15 @@ const TITLE_BOOST: f32 = 1.5;
 const IN_PLACE_PASSAGES: u64 = 10_000;
 const IN_PLACE_WORDS: usize = 32;
 
+/// The question's words with everything else made a space: the query
+/// language's operators are not for visitors.
+fn words_only(question: &str) -> String {
+    question
+        .chars()
+        .map(|c| if c.is_alphanumeric() { c } else { ' ' })
+        .collect()
+}
+
 #[derive(Clone, Copy)]
 pub(super) struct Fields {
     pub path: Field,
@@ -139,7 +148,7 @@ impl SiteIndex {
     /// The best `limit` passages by BM25; when no word matches exactly, a second
     /// try allows one typo per word.
     pub fn search(&self, question: &str, limit: usize) -> anyhow::Result<Vec<Passage>> {
-        self.find(&self.reader.searcher(), question, limit, true)
+        self.find(&self.reader.searcher(), &words_only(question), limit, true)
     }
 
     /// The exact search alone, when it is cheap enough for the async thread
@@ -155,34 +164,28 @@ impl SiteIndex {
         // be read between them, the text comes from the store, as for any
         // search meeting a generation not read: on an index this small, briefly.)
         let searcher = self.reader.searcher();
-        let words = question
-            .split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .count();
+        let cleaned = words_only(question);
         if searcher.num_docs() > IN_PLACE_PASSAGES
-            || words > IN_PLACE_WORDS
+            || cleaned.split_whitespace().count() > IN_PLACE_WORDS
             || !self.texts.kept(&searcher)
         {
             return Ok(None);
         }
-        let found = self.find(&searcher, question, limit, false)?;
+        let found = self.find(&searcher, &cleaned, limit, false)?;
         Ok((!found.is_empty()).then_some(found))
     }
 
+    /// The exact pass over `cleaned` (words only), then, when `fuzzy` and
+    /// nothing matched, the typo-forgiving one.
     fn find(
         &self,
         searcher: &Searcher,
-        question: &str,
+        cleaned: &str,
         limit: usize,
         fuzzy: bool,
     ) -> anyhow::Result<Vec<Passage>> {
-        // Only words: the query language's operators are not for visitors.
-        let cleaned: String = question
-            .chars()
-            .map(|c| if c.is_alphanumeric() { c } else { ' ' })
-            .collect();
         let top = TopDocs::with_limit(limit.max(1)).order_by_score();
-        let mut hits = searcher.search(&self.exact_query(&cleaned), &top)?;
+        let mut hits = searcher.search(&self.exact_query(cleaned), &top)?;
         if hits.is_empty() && fuzzy {
             // Lower case, so that the parser takes no word for an operator.
             let (query, _) = self.fuzzy.parse_query_lenient(&cleaned.to_lowercase());
