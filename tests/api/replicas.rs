@@ -320,15 +320,17 @@ async fn knowledge_ingested_by_the_command_line_is_cited_through_every_replica()
 #[tokio::test]
 async fn knowledge_ingested_through_one_replica_is_cited_through_every_replica() {
     let (_docs, c) = a_document_added_after_start().await;
-    let minted = crate::support::deskbell_command()
-        .args(["operator", "token", "--name", "ingest", "--config"])
-        .arg(c.setup.replica_config(9))
-        .output()
-        .unwrap();
+    let minted = crate::support::succeeded(
+        crate::support::deskbell_command()
+            .args(["operator", "token", "--name", "ingest", "--config"])
+            .arg(c.setup.replica_config(9))
+            .output()
+            .unwrap(),
+    );
     let stdout = String::from_utf8_lossy(&minted.stdout);
     let token = stdout
         .split_whitespace()
-        .find(|w| w.starts_with("dbo_"))
+        .find(|w| w.starts_with(deskbell::operator::accounts::TOKEN_PREFIX))
         .unwrap_or_else(|| panic!("an operator token: {stdout}"));
     // The console's "re-ingest" button, on replica 0 alone.
     let r = reqwest::Client::new()
