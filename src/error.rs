@@ -149,6 +149,12 @@ impl From<anyhow::Error> for ApiError {
                 tracing::warn!(error = format!("{e:#}"), "the database cannot be reached");
                 ApiError::ServiceUnavailable(DATABASE_RETRY_AFTER_S)
             }
+            // This process's lease lapsed before the turn could start: another
+            // replica (or this one, under its new lease) can take the retry.
+            Some(crate::store::StoreError::TakenOver) => {
+                tracing::warn!("a turn's start was taken over by another process");
+                ApiError::ServiceUnavailable(1)
+            }
             _ => ApiError::Internal(e),
         }
     }

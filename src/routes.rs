@@ -98,6 +98,9 @@ pub async fn serve(
         max_connections_per_ip: server.max_connections_per_ip.max(1),
         first_request: Duration::from_secs_f64(server.header_read_timeout_s),
         idle: Duration::from_secs_f64(server.idle_timeout_s),
+        // An ask's stream begins when the model answers, which may take up to
+        // the turn's whole time; the turn ends itself by then.
+        handler: Duration::from_secs_f64(app.config.llm.turn_timeout_s) + Duration::from_secs(30),
         max_request_head: server.max_request_head_kib.saturating_mul(1024),
     };
     let proxies = app.trusted_proxies.clone();

@@ -19,24 +19,40 @@ use crate::guard::Caller;
 use crate::llm::ChatMessage;
 use crate::states::CallKind;
 use crate::store::stored::decode_transcript;
-use crate::store::{CallRow, CallStatus, StreamingAnswer};
+use crate::store::{CallRow, CallStatus, Fence, Renewal, StoreError, StreamingAnswer};
+
+/// Whether `e` says the work was claimed by another process meanwhile.
+fn taken_over(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<StoreError>(), Some(StoreError::TakenOver))
+}
 
 /// Claims the work of dead processes and finishes each call in a tracked task (so
 /// shutdown waits for them). `at_start`: this process has just started (see
 /// `Store::claim_dead`). A call whose finishing fails is failed as interrupted,
 /// and the others go on.
 pub async fn recover(app: &App, at_start: bool) -> anyhow::Result<()> {
-    for Interrupted { call, answer } in claimed::claim(app, at_start).await? {
+    for Interrupted {
+        call,
+        answer,
+        fence,
+    } in claimed::claim(app, at_start).await?
+    {
         let app = Arc::clone(app);
         let span = tracing::info_span!("turn", site = %call.site, conversation = %call.conversation, call = %call.id);
         app.clone().turns.spawn(tracing::Instrument::instrument(
             async move {
-                if let Err(e) = finish(&app, &call, answer.clone()).await {
-                    tracing::error!(
-                        error = format!("{e:#}"),
-                        "a recovered call could not be finished"
-                    );
-                    claimed::give_up(&app, &call, answer.as_ref()).await;
+                match finish(&app, &call, answer.clone(), &fence).await {
+                    Ok(()) => {}
+                    Err(e) if taken_over(&e) => tracing::warn!(
+                        "a recovered call was taken over by another process before it finished"
+                    ),
+                    Err(e) => {
+                        tracing::error!(
+                            error = format!("{e:#}"),
+                            "a recovered call could not be finished"
+                        );
+                        claimed::give_up(&app, &call, answer.as_ref(), &fence).await;
+                    }
                 }
             },
             span,
@@ -52,9 +68,9 @@ pub async fn lease_forever(app: App) {
     loop {
         tick.tick().await;
         match app.store.renew_lease().await {
-            Ok(true) => {}
-            Ok(false) => tracing::error!(
-                "this process's lease had lapsed and was taken anew; another process may have finished its calls"
+            Ok(Renewal::Renewed) => {}
+            Ok(Renewal::Replaced) => tracing::error!(
+                "this process's lease had lapsed and was claimed; it took a new one, and what it was doing under the old one is finished by another process"
             ),
             Err(e) => tracing::warn!(error = format!("{e:#}"), "the lease could not be renewed"),
         }
@@ -66,7 +82,12 @@ pub async fn lease_forever(app: App) {
 
 /// Delivers `call` again (or fails it as interrupted), then continues its turn
 /// into the interrupted answer.
-async fn finish(app: &App, call: &CallRow, answer: Option<StreamingAnswer>) -> anyhow::Result<()> {
+async fn finish(
+    app: &App,
+    call: &CallRow,
+    answer: Option<StreamingAnswer>,
+    fence: &Fence,
+) -> anyhow::Result<()> {
     let site = app.site(&call.site).cloned();
     let tools = match &site {
         Some(site) => Some(site.tools.fresh(&app.store).await),
@@ -74,7 +95,7 @@ async fn finish(app: &App, call: &CallRow, answer: Option<StreamingAnswer>) -> a
     };
     let plan = claimed::plan(tools.as_deref(), call);
     let Some(site) = site else {
-        claimed::give_up(app, call, answer.as_ref()).await;
+        claimed::give_up(app, call, answer.as_ref(), fence).await;
         return Ok(());
     };
     let caller = Caller {
@@ -83,19 +104,22 @@ async fn finish(app: &App, call: &CallRow, answer: Option<StreamingAnswer>) -> a
         user_id: app.store.visitor_user(&call.visitor).await?,
     };
     let mut turn = Turn::headless(Arc::clone(app), caller, Sink::detached());
-    turn.resume(call, answer.as_ref());
+    turn.resume(call, answer.as_ref(), fence.clone());
     let outcome = match &plan {
         Plan::Deliver(tool, arguments) => {
             tracing::warn!(call = %call.id, delivery = call.deliveries, "delivering an interrupted call again");
-            let (outcome, status) = turn.run_tool(&call.id, tool, &arguments.value).await;
-            run::record(app, call, &outcome, status).await?;
+            let (outcome, status) = turn.run_tool(&call.id, tool, &arguments.value).await?;
+            run::record(app, call, &outcome, status, fence).await?;
             turn.send_step(&call.id, tool, status).await;
             outcome.result
         }
         Plan::Interrupted => {
             tracing::warn!(call = %call.id, "a call interrupted too often is failed");
-            app.store
-                .fail_interrupted_call(call, app.clock.now_ms())
+            let store = &app.store;
+            store
+                .until_written(fence, "an interrupted call", || {
+                    store.fail_interrupted_call(call, app.clock.now_ms(), fence)
+                })
                 .await?;
             "The call was interrupted by a server fault and did not complete.".to_string()
         }
@@ -110,7 +134,7 @@ async fn finish(app: &App, call: &CallRow, answer: Option<StreamingAnswer>) -> a
                 error = format!("{e:#}"),
                 "a recovered turn's transcript could not be read"
             );
-            return claimed::fail_answer(app, &answer).await;
+            return claimed::fail_answer(app, &answer, fence).await;
         }
     };
     let results = tool_results(app, call, &answer, &outcome).await?;

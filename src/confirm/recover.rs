@@ -15,7 +15,7 @@ use crate::app::App;
 use crate::config::Policy;
 use crate::llm::estimate_tokens;
 use crate::states::CallKind;
-use crate::store::{CallRow, StreamingAnswer};
+use crate::store::{CallRow, Fence, StreamingAnswer};
 use crate::tools::arguments::Arguments;
 use crate::tools::{Tool, Toolbox};
 
@@ -23,16 +23,19 @@ use crate::tools::{Tool, Toolbox};
 /// delivery fails it with reason `interrupted`.
 pub const MAX_DELIVERIES: i64 = 3;
 
-/// A call a dead process was running, with the answer it was streaming into.
+/// A call a dead process was running, with the answer it was streaming into,
+/// both now stamped with `fence`.
 pub struct Interrupted {
     pub call: CallRow,
     pub answer: Option<StreamingAnswer>,
+    pub fence: Fence,
 }
 
 /// Claims what dead processes left (`at_start`: see `Store::claim_dead`). Answers
 /// with no running call are failed here; the calls are returned to be finished.
 pub async fn claim(app: &App, at_start: bool) -> anyhow::Result<Vec<Interrupted>> {
     let claimed = app.store.claim_dead(at_start).await?;
+    let fence = claimed.fence.clone();
     let mut answers: HashMap<String, StreamingAnswer> = claimed
         .answers
         .into_iter()
@@ -47,11 +50,15 @@ pub async fn claim(app: &App, at_start: bool) -> anyhow::Result<Vec<Interrupted>
                 _ => call.run_message.clone(),
             };
             let answer = bubble.and_then(|id| answers.remove(&id));
-            Interrupted { call, answer }
+            Interrupted {
+                call,
+                answer,
+                fence: fence.clone(),
+            }
         })
         .collect();
     for answer in answers.into_values() {
-        match fail_answer(app, &answer).await {
+        match fail_answer(app, &answer, &fence).await {
             Ok(()) => {
                 tracing::warn!(message = %answer.id, "an answer interrupted by a stop was marked failed")
             }
@@ -94,23 +101,30 @@ pub fn plan(tools: Option<&Toolbox>, call: &CallRow) -> Plan {
 }
 
 /// Marks an interrupted answer failed, charging an estimate of its saved text.
-pub async fn fail_answer(app: &App, answer: &StreamingAnswer) -> anyhow::Result<()> {
+pub async fn fail_answer(app: &App, answer: &StreamingAnswer, fence: &Fence) -> anyhow::Result<()> {
     let spent = estimate_tokens(answer.text.len()) as i64;
-    Ok(app.store.fail_answer(answer, spent).await?)
+    let store = &app.store;
+    Ok(store
+        .until_written(fence, "an interrupted answer", || {
+            store.fail_answer(answer, spent, fence)
+        })
+        .await?)
 }
 
 /// When finishing a recovered call failed (the database, say): the call is failed
 /// as interrupted and its answer as failed, so neither is left without an end.
-pub async fn give_up(app: &App, call: &CallRow, answer: Option<&StreamingAnswer>) {
-    if let Err(e) = app
-        .store
-        .fail_interrupted_call(call, app.clock.now_ms())
-        .await
-    {
+pub async fn give_up(app: &App, call: &CallRow, answer: Option<&StreamingAnswer>, fence: &Fence) {
+    let store = &app.store;
+    let failed = store
+        .until_written(fence, "an interrupted call", || {
+            store.fail_interrupted_call(call, app.clock.now_ms(), fence)
+        })
+        .await;
+    if let Err(e) = failed {
         tracing::error!(error = format!("{e:#}"), call = %call.id, "a recovered call could not be failed either");
     }
     if let Some(answer) = answer
-        && let Err(e) = fail_answer(app, answer).await
+        && let Err(e) = fail_answer(app, answer, fence).await
     {
         tracing::error!(
             error = format!("{e:#}"),

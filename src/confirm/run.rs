@@ -6,7 +6,7 @@ use crate::app::App;
 use crate::llm::ChatMessage;
 use crate::states::AuditEvent;
 use crate::store::stored::decode_transcript;
-use crate::store::{AuditRow, CallRow, CallStatus};
+use crate::store::{AuditRow, CallRow, CallStatus, Fence};
 use crate::tools::arguments::Arguments;
 use crate::tools::http::Outcome;
 
@@ -20,16 +20,23 @@ pub fn prepare(call: &CallRow) -> anyhow::Result<(Vec<ChatMessage>, Arguments)> 
     Ok((transcript, arguments))
 }
 
-/// Records a run's outcome and its `executed` or `failed` audit row.
+/// Records a run's outcome and its `executed` or `failed` audit row, trying
+/// again until it lands or the call is no longer this process's (`TakenOver`):
+/// the result is kept here meanwhile, and nobody is told the outcome before
+/// the database holds it.
 pub async fn record(
     app: &App,
     call: &CallRow,
     outcome: &Outcome,
     status: CallStatus,
+    fence: &Fence,
 ) -> anyhow::Result<()> {
     let audit = audit_outcome(call, outcome, app.clock.now_ms());
     app.store
-        .record_outcome(call, status, Some(&outcome.result), &audit)
+        .until_written(fence, "a call's outcome", || {
+            app.store
+                .record_outcome(call, status, Some(&outcome.result), &audit, fence)
+        })
         .await?;
     let outcome = match outcome.succeeded {
         true => "succeeded",

@@ -15,7 +15,7 @@ mod web;
 
 pub use document::Document;
 pub use index::{Passage, Report};
-pub use source::Skipped;
+pub use source::{Progress, Skipped};
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -101,7 +101,7 @@ impl Knowledge {
 
 /// Reads a site's sources and brings its index up to date.
 pub async fn ingest_site(data_dir: &Path, site: &SiteConfig) -> anyhow::Result<Report> {
-    let (documents, skipped) = source::read_sources(&site.knowledge).await;
+    let (documents, skipped) = source::read_sources(&site.knowledge, &Default::default()).await;
     let dir = index::folder(data_dir, &site.id);
     tokio::task::spawn_blocking(move || index::ingest(&dir, documents, skipped)).await?
 }

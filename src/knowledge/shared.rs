@@ -23,7 +23,8 @@ impl Knowledge {
         let knowledge = Knowledge::default();
         for site in config.sites.iter().filter(|s| !s.knowledge.is_empty()) {
             if store.knowledge_version(&site.id).await? == 0 {
-                let (documents, skipped) = source::read_sources(&site.knowledge).await;
+                let (documents, skipped) =
+                    source::read_sources(&site.knowledge, &Default::default()).await;
                 store.save_knowledge(&site.id, &documents).await?;
                 for s in &skipped {
                     tracing::warn!(site = %site.id, path = %crate::secret::loggable_url(&s.path), reason = %s.reason, "knowledge source skipped");
@@ -47,7 +48,19 @@ impl Knowledge {
         data_dir: &Path,
         site: &SiteConfig,
     ) -> anyhow::Result<Report> {
-        let (documents, skipped) = source::read_sources(&site.knowledge).await;
+        self.ingest_with(store, data_dir, site, &Default::default())
+            .await
+    }
+
+    /// Like `ingest`, counting what was read in `progress` as it goes.
+    pub async fn ingest_with(
+        &self,
+        store: &Store,
+        data_dir: &Path,
+        site: &SiteConfig,
+        progress: &source::Progress,
+    ) -> anyhow::Result<Report> {
+        let (documents, skipped) = source::read_sources(&site.knowledge, progress).await;
         store.save_knowledge(&site.id, &documents).await?;
         let mut report = self
             .follow(store, data_dir, &site.id)

@@ -17,14 +17,45 @@ pub enum Kind {
     Pdf,
 }
 
+/// How far a reading of sources has come, for an ingest's progress
+/// (`GET /v1/operator/knowledge/{site}/ingest/{job}`): pages and files found so
+/// far, and how many of them were read. The total grows as sitemaps and folders
+/// are walked, so the fraction is an estimate until reading ends.
+#[derive(Debug, Default)]
+pub struct Progress {
+    found: std::sync::atomic::AtomicUsize,
+    read: std::sync::atomic::AtomicUsize,
+}
+
+impl Progress {
+    pub(super) fn found(&self, n: usize) {
+        self.found
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(super) fn read_one(&self) {
+        self.read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// (read, found) so far.
+    pub fn counts(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.read.load(Relaxed), self.found.load(Relaxed))
+    }
+}
+
 /// Every readable document of the sources, and every one that was skipped.
-pub async fn read_sources(sources: &[KnowledgeSource]) -> (Vec<Document>, Vec<Skipped>) {
+pub async fn read_sources(
+    sources: &[KnowledgeSource],
+    progress: &Progress,
+) -> (Vec<Document>, Vec<Skipped>) {
     let mut documents = Vec::new();
     let mut skipped = Vec::new();
     for source in sources {
         let (root, base_url) = source.parts();
         if super::web::is_url(root) {
-            super::web::read(root, source.allow_private(), &mut documents, &mut skipped).await;
+            let allow = source.allow_private();
+            super::web::read(root, allow, &mut documents, &mut skipped, progress).await;
             continue;
         }
         let root = PathBuf::from(root);
@@ -32,13 +63,17 @@ pub async fn read_sources(sources: &[KnowledgeSource]) -> (Vec<Document>, Vec<Sk
             let mut files = Vec::new();
             walk(&root, &mut files, &mut skipped);
             files.sort();
+            progress.found(files.len());
             for file in files {
                 let url = base_url.and_then(|base| public_url(base, &root, &file));
                 read_one(&file, url, &mut documents, &mut skipped);
+                progress.read_one();
             }
         } else if root.is_file() {
             let url = base_url.map(str::to_string);
+            progress.found(1);
             read_one(&root, url, &mut documents, &mut skipped);
+            progress.read_one();
         } else {
             skipped.push(Skipped {
                 path: root.display().to_string(),

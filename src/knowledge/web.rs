@@ -35,6 +35,7 @@ pub async fn read(
     allow_private: bool,
     documents: &mut Vec<Document>,
     skipped: &mut Vec<Skipped>,
+    progress: &super::source::Progress,
 ) {
     let Ok(url) = Url::parse(source) else {
         return skipped.push(Skipped {
@@ -94,8 +95,13 @@ pub async fn read(
             allowed.push(page);
         }
     }
+    progress.found(allowed.len());
     let fetched: Vec<Result<Document, Skipped>> = futures_util::stream::iter(allowed)
-        .map(|page| fetch_page(&http, page))
+        .map(|page| async {
+            let fetched = fetch_page(&http, page).await;
+            progress.read_one();
+            fetched
+        })
         .buffered(CONCURRENCY)
         .collect()
         .await;

@@ -1,5 +1,6 @@
-//! Knowledge for operators: each site's sources with their last ingest report,
-//! a re-ingest (admin), and what retrieval gives the model for a question.
+//! Knowledge for operators: each site's sources with their last ingest report
+//! and what retrieval gives the model for a question. A re-ingest is
+//! `ingest.rs`.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -40,28 +41,6 @@ fn source_text(source: &KnowledgeSource) -> String {
         KnowledgeSource::Path(path) => loggable_url(path),
         KnowledgeSource::Folder { path, .. } => loggable_url(path),
     }
-}
-
-pub async fn ingest(
-    State(app): State<App>,
-    operator: Operator,
-    Path(site): Path<String>,
-) -> Result<Json<ReportView>, ApiError> {
-    operator.require_admin()?;
-    let site = known_site(&app, &site)?;
-    let config = site.config.clone();
-    let report = app
-        .knowledge
-        .ingest(&app.store, &app.config.server.data_dir, &config)
-        .await?;
-    crate::knowledge::log_report(&config.id, &report);
-    let view = report_view(&report, app.clock.now_ms());
-    let text = serde_json::to_string(&view).map_err(|e| ApiError::Internal(e.into()))?;
-    app.store
-        .save_knowledge_report(&config.id, app.clock.now_ms(), &text)
-        .await?;
-    tracing::info!(operator = %operator.email, site = %config.id, "knowledge re-ingested from the console");
-    Ok(Json(view))
 }
 
 pub fn report_view(report: &Report, at: i64) -> ReportView {

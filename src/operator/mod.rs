@@ -9,6 +9,7 @@ mod audit;
 pub mod auth;
 pub mod commands;
 mod conversations;
+mod ingest;
 mod knowledge;
 mod session;
 mod tokens;
@@ -52,9 +53,10 @@ pub fn router() -> Router<App> {
         )
         .route("/v1/operator/usage", get(usage::show))
         .route("/v1/operator/knowledge", get(knowledge::list))
+        .route("/v1/operator/knowledge/{site}/ingest", post(ingest::start))
         .route(
-            "/v1/operator/knowledge/{site}/ingest",
-            post(knowledge::ingest),
+            "/v1/operator/knowledge/{site}/ingest/{job}",
+            get(ingest::show),
         )
         .route(
             "/v1/operator/knowledge/{site}/search",

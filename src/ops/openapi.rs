@@ -179,7 +179,8 @@ struct StatusDoc {
         operations::conversation_detail, operations::events, operations::audit,
         operations::audit_export, operations::tools, operations::tool_change,
         operations::tool_preview, operations::usage, operations::knowledge,
-        operations::knowledge_ingest, operations::knowledge_search, operations::tokens,
+        operations::knowledge_ingest, operations::knowledge_ingest_job,
+        operations::knowledge_search, operations::tokens,
         operations::token_revoke,
     ),
     components(schemas(ErrorBody, ErrorDetail, ErrorCodeDoc, StreamEvent, AuditEntryDoc, StatusDoc)),
@@ -413,12 +414,22 @@ mod operations {
 
     #[utoipa::path(post, path = "/v1/operator/knowledge/{site}/ingest", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),
-        params(("site" = String, Path)),
+        params(("site" = String, Path),
+               ("Prefer" = Option<String>, Header, description = "`respond-async`: answer at once with the job (202) instead of waiting for the report.")),
         responses((status = 200, description = "The ingest's report (admins only).", body = ReportView),
+                  (status = 202, description = "The ingest runs as a job; its progress is at the `Location` (with `Prefer: respond-async`).", body = IngestJobView),
                   (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
                   (status = 403, description = "forbidden, csrf_invalid.", body = ErrorBody),
                   (status = 404, description = "not_found.", body = ErrorBody)))]
     fn knowledge_ingest() {}
+
+    #[utoipa::path(get, path = "/v1/operator/knowledge/{site}/ingest/{job}", tag = "operator",
+        security(("operator_token" = []), ("operator_session" = [])),
+        params(("site" = String, Path), ("job" = String, Path)),
+        responses((status = 200, description = "An ingest job's progress, and its report once finished.", body = IngestJobView),
+                  (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+                  (status = 404, description = "not_found.", body = ErrorBody)))]
+    fn knowledge_ingest_job() {}
 
     #[utoipa::path(get, path = "/v1/operator/knowledge/{site}/search", tag = "operator",
         security(("operator_token" = []), ("operator_session" = [])),

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -25,6 +25,10 @@ pub struct Limits {
     pub first_request: Duration,
     /// Between requests, when none is in flight.
     pub idle: Duration,
+    /// How long a handler may work before its response begins: the longest
+    /// deadline a handler keeps by itself (`[llm] turn_timeout_s` for an ask,
+    /// whose stream begins only once the model answered), and a margin.
+    pub handler: Duration,
     /// The largest HTTP/1.1 request head, in bytes (`[server] max_request_head_kib`).
     pub max_request_head: usize,
 }
@@ -128,6 +132,8 @@ const STALLED: Duration = Duration::from_secs(30);
 #[derive(Default)]
 pub struct Activity {
     in_flight: AtomicUsize,
+    /// Requests whose handler has not produced a response yet.
+    handling: AtomicUsize,
     /// Milliseconds since `start` of the last request or response end.
     last: AtomicI64,
     requests: AtomicUsize,
@@ -151,10 +157,14 @@ impl Activity {
     /// A request arrived; the returned guard, kept by its response body, ends it.
     pub fn begin(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.handling.fetch_add(1, Ordering::AcqRel);
         self.requests.fetch_add(1, Ordering::AcqRel);
         self.last.store(self.now_ms(), Ordering::Release);
         self.changed.notify_one();
-        InFlight(Arc::clone(self))
+        InFlight {
+            activity: Arc::clone(self),
+            handling: AtomicBool::new(true),
+        }
     }
 
     /// A response frame was written: the client is still reading.
@@ -164,12 +174,16 @@ impl Activity {
 
     /// Resolves when the connection has gone without a request for too long —
     /// `first_request` before its first one, `idle` after — or when a response in
-    /// flight has not moved for `STALLED` (a client that stopped reading).
+    /// flight has not moved for `STALLED` (a client that stopped reading). A
+    /// handler still working on its response is given `handler`: it keeps its
+    /// own deadline, and cutting it sooner would cancel work it may finish.
     pub async fn expired(&self, limits: Limits) {
         let stalled = STALLED.max(limits.idle);
         loop {
             let busy = self.in_flight.load(Ordering::Acquire) > 0;
+            let handling = self.handling.load(Ordering::Acquire) > 0;
             let limit = match (busy, self.requests.load(Ordering::Acquire)) {
+                (true, _) if handling => stalled.max(limits.handler),
                 (true, _) => stalled,
                 (false, 0) => limits.first_request,
                 (false, _) => limits.idle,
@@ -189,13 +203,31 @@ impl Activity {
 }
 
 /// A request in flight; dropped when its response body is done (or dropped).
-pub struct InFlight(Arc<Activity>);
+pub struct InFlight {
+    activity: Arc<Activity>,
+    /// Until its handler produced the response.
+    handling: AtomicBool,
+}
+
+impl InFlight {
+    /// The handler produced its response: from now on the body must move.
+    pub fn responded(&self) {
+        if self.handling.swap(false, Ordering::AcqRel) {
+            let a = &self.activity;
+            a.last.store(a.now_ms(), Ordering::Release);
+            a.handling.fetch_sub(1, Ordering::AcqRel);
+            a.changed.notify_one();
+        }
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.last.store(self.0.now_ms(), Ordering::Release);
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.changed.notify_one();
+        self.responded();
+        let a = &self.activity;
+        a.last.store(a.now_ms(), Ordering::Release);
+        a.in_flight.fetch_sub(1, Ordering::AcqRel);
+        a.changed.notify_one();
     }
 }
 
@@ -222,7 +254,7 @@ impl HttpBody for Tracked {
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(_))) = &polled {
-            self.in_flight.0.progressed();
+            self.in_flight.activity.progressed();
         }
         polled
     }
@@ -246,6 +278,7 @@ mod tests {
             max_connections_per_ip: per_ip,
             first_request: Duration::from_secs(1),
             idle: Duration::from_secs(1),
+            handler: Duration::from_secs(1),
             max_request_head: 8 * 1024,
         }
     }

@@ -95,6 +95,7 @@ pub async fn run(
                 let response = router.clone().oneshot(req.map(axum::body::Body::new));
                 async move {
                     let response = response.await?;
+                    in_flight.responded();
                     Ok::<_, std::convert::Infallible>(
                         response.map(|body| Tracked::wrap(body, in_flight)),
                     )

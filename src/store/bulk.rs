@@ -46,12 +46,20 @@ fn row_of(share: &BudgetShare) -> Row<'_> {
     (share.site.as_str(), share.day.as_str())
 }
 
-/// Writes a batch's ends and starts; returns each start's reservation, in order.
+/// What a batch wrote: each start's reservation, in order, and the answers
+/// whose end was saved (an end not among them found its answer no longer
+/// streaming under its fence).
+pub(super) struct Written {
+    pub reservations: Vec<Reservation>,
+    pub ended: HashSet<String>,
+}
+
+/// Writes a batch's ends and starts.
 pub(super) async fn write(
     tx: &mut Tx<'_>,
     ends: &[&TurnEnd],
     starts: &[&TurnStart],
-) -> Result<Vec<Reservation>, sqlx::Error> {
+) -> Result<Written, sqlx::Error> {
     // An answer ends once; a second end of the same message would find it no
     // longer streaming and change nothing, so it is left out.
     let mut seen = HashSet::new();
@@ -83,7 +91,7 @@ pub(super) async fn write(
             reservations[i] = r;
         }
     }
-    finish_answers(tx, &ends).await?;
+    let ended = finish_answers(tx, &ends).await?;
     let started: Vec<&TurnStart> = starts
         .iter()
         .zip(&reservations)
@@ -97,7 +105,10 @@ pub(super) async fn write(
         .flat_map(|s| [&s.visitor_message, &s.bubble])
         .collect();
     insert_messages(tx, &messages).await?;
-    Ok(reservations)
+    Ok(Written {
+        reservations,
+        ended,
+    })
 }
 
 /// Settles the reservations of the ends of one budget row whose answers are still
@@ -129,7 +140,7 @@ async fn settle(tx: &mut Tx<'_>, row: Row<'_>, ends: &[&TurnEnd]) -> Result<(), 
             .bind(reserved)
             .bind(spent)
             .bind(&e.message)
-            .bind(&e.owner);
+            .bind(e.owner.as_str());
     }
     query.execute(&mut **tx).await?;
     Ok(())
@@ -174,16 +185,20 @@ async fn reserve(
 }
 
 /// Saves the answers' final texts, only while each is still streaming under its
-/// owner (not after another process took it over).
-async fn finish_answers(tx: &mut Tx<'_>, ends: &[&TurnEnd]) -> Result<(), sqlx::Error> {
+/// fence (not after another process took it over); returns those saved.
+async fn finish_answers(
+    tx: &mut Tx<'_>,
+    ends: &[&TurnEnd],
+) -> Result<HashSet<String>, sqlx::Error> {
     if ends.is_empty() {
-        return Ok(());
+        return Ok(HashSet::new());
     }
     let text = format!(
         "WITH v (id, text, status, citations, input_tokens, output_tokens, owner) AS (VALUES {}) \
          UPDATE messages SET text = v.text, status = v.status, citations = v.citations, \
          input_tokens = v.input_tokens, output_tokens = v.output_tokens \
-         FROM v WHERE messages.id = v.id AND messages.owner = v.owner AND messages.status = $1",
+         FROM v WHERE messages.id = v.id AND messages.owner = v.owner AND messages.status = $1 \
+         RETURNING messages.id AS id",
         placeholders(ends.len(), 7, 1)
     );
     let mut query = sqlx::query(sql(text))
@@ -197,10 +212,12 @@ async fn finish_answers(tx: &mut Tx<'_>, ends: &[&TurnEnd]) -> Result<(), sqlx::
             .bind(&e.citations)
             .bind(e.usage.input_tokens as i64)
             .bind(e.usage.output_tokens as i64)
-            .bind(&e.owner);
+            .bind(e.owner.as_str());
     }
-    query.execute(&mut **tx).await?;
-    Ok(())
+    let rows = query.fetch_all(&mut **tx).await?;
+    rows.iter()
+        .map(|r| sqlx::Row::try_get::<String, _>(r, "id"))
+        .collect()
 }
 
 async fn insert_conversations(tx: &mut Tx<'_>, starts: &[&TurnStart]) -> Result<(), sqlx::Error> {

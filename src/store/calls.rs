@@ -7,6 +7,7 @@ use sqlx::any::AnyRow;
 
 use super::audit::{self, AuditRow};
 use super::error::StoreResult;
+use super::ownership::{Fence, owned};
 use super::{Store, optional_state, sql, state};
 use crate::clock::Millis;
 pub use crate::states::CallStatus;
@@ -167,33 +168,41 @@ impl Store {
 
     /// Records a running call's outcome with its audit row: an auto call's status,
     /// or a confirmed call's run (its step on the continuation's message), and
-    /// what the tool answered. Only the call's owner may (see `not_mine`).
+    /// what the tool answered. Only while the call runs under `fence`: when
+    /// another process took it over, nothing is written and the answer is
+    /// `TakenOver` (that process records the outcome).
     pub async fn record_outcome(
         &self,
         call: &CallRow,
         status: CallStatus,
         result: Option<&str>,
         audit_row: &AuditRow,
+        fence: &Fence,
     ) -> StoreResult<()> {
         let column = match call.kind {
             CallKind::Auto => "status",
             _ => "run_status",
         };
         let mut tx = self.writer().begin().await?;
-        let mine = sqlx::query(sql(format!(
+        let recorded = sqlx::query(sql(format!(
             "UPDATE calls SET {column} = $1, result = COALESCE($2, result), owner = NULL WHERE id = $3 AND owner = $4"
         )))
         .bind(status.as_str())
         .bind(result)
         .bind(&call.id)
-        .bind(self.owner())
+        .bind(fence.as_str())
         .execute(&mut *tx)
         .await?
-        .rows_affected()
-            == 1;
-        if !mine {
-            self.not_mine(&call.id);
+        .rows_affected();
+        if recorded == 0 && recorded_before(&mut tx, call, column, status).await? {
             return Ok(());
+        }
+        if let Err(e) = owned(recorded) {
+            tracing::warn!(
+                call = %call.id,
+                "a call's outcome was not recorded: another process took it over when this one's lease lapsed"
+            );
+            return Err(e);
         }
         audit::insert(&mut *tx, audit_row).await?;
         tx.commit().await?;
@@ -202,19 +211,15 @@ impl Store {
 
     /// A call whose deliveries were all interrupted by crashes: it is failed with
     /// reason `interrupted` and never sent again.
-    pub async fn fail_interrupted_call(&self, c: &CallRow, now: Millis) -> StoreResult<()> {
+    pub async fn fail_interrupted_call(
+        &self,
+        c: &CallRow,
+        now: Millis,
+        fence: &Fence,
+    ) -> StoreResult<()> {
         let audit_row = AuditRow::for_call(c, AuditEvent::Failed, Some(Reason::Interrupted), now);
-        self.record_outcome(c, CallStatus::Failed, None, &audit_row)
+        self.record_outcome(c, CallStatus::Failed, None, &audit_row, fence)
             .await
-    }
-
-    /// An outcome for a call this process no longer owns is not recorded: its lease
-    /// lapsed and another process took the call over and records the outcome.
-    fn not_mine(&self, call: &str) {
-        tracing::error!(
-            call,
-            "a call's outcome was not recorded: another process took it over when this one's lease lapsed"
-        );
     }
 
     /// The calls a turn's answer made, in order (to resume it after a crash).
@@ -227,4 +232,29 @@ impl Store {
         .await?;
         Ok(rows.iter().map(call).collect::<Result<_, _>>()?)
     }
+}
+
+/// Whether this very outcome was recorded already (a commit reported failed
+/// that went through): the call has no owner, the status written, and the
+/// delivery count it had under this fence (a claim by another process counts
+/// one more delivery).
+async fn recorded_before(
+    tx: &mut super::Tx<'_>,
+    call: &CallRow,
+    column: &str,
+    status: CallStatus,
+) -> StoreResult<bool> {
+    let row = sqlx::query(sql(format!(
+        "SELECT {column} AS status, owner, deliveries FROM calls WHERE id = $1"
+    )))
+    .bind(&call.id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(row) = row else {
+        return Ok(false);
+    };
+    let now: Option<String> = row.try_get("status")?;
+    let owner: Option<String> = row.try_get("owner")?;
+    let deliveries: i64 = row.try_get("deliveries")?;
+    Ok(owner.is_none() && deliveries == call.deliveries && now.as_deref() == Some(status.as_str()))
 }

@@ -58,7 +58,8 @@ impl Store {
             CallStatus::Confirmed => (
                 Some(bubble.id.as_str()),
                 Some(CallStatus::Running.as_str()),
-                Some(self.owner()),
+                // The call runs under the fence of the continuation's bubble.
+                bubble.owner.as_deref(),
                 1,
             ),
             _ => (None, None, None, 0),

@@ -464,33 +464,6 @@ impl Store {
             .collect::<Result<_, sqlx::Error>>()
             .map_err(Into::into)
     }
-
-    pub async fn save_knowledge_report(
-        &self,
-        site: &str,
-        at: Millis,
-        report: &str,
-    ) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO knowledge_reports (site, at, report) VALUES ($1, $2, $3) \
-             ON CONFLICT (site) DO UPDATE SET at = $2, report = $3",
-        )
-        .bind(site)
-        .bind(at)
-        .bind(report)
-        .execute(self.writer())
-        .await?;
-        Ok(())
-    }
-
-    pub async fn knowledge_report(&self, site: &str) -> StoreResult<Option<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT report FROM knowledge_reports WHERE site = $1")
-                .bind(site)
-                .fetch_optional(self.pool())
-                .await?,
-        )
-    }
 }
 
 /// A sum, which is NULL over no rows.

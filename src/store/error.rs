@@ -18,6 +18,11 @@ pub enum StoreError {
     /// A stored row does not read back (an unknown state, JSON that does not parse).
     #[error("a stored row is corrupt: {0}")]
     Corrupt(String),
+    /// The work is no longer this process's: its lease lapsed and another
+    /// process claimed it (`ownership`). The work stops; nothing more of it is
+    /// written or told.
+    #[error("another process took this work over when this one's lease lapsed")]
+    TakenOver,
     /// Anything else the database said.
     #[error(transparent)]
     Database(sqlx::Error),

@@ -9,8 +9,11 @@
 
 use tokio::sync::{mpsc, oneshot};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use super::error::{StoreError, StoreResult};
-use super::turns::{TurnEnd, TurnStart, begin_in, end_in};
+use super::turns::{TurnEnd, TurnStart, begin_in, begun, end_in};
 use super::{Reservation, Store};
 
 /// Writes committed together at the most.
@@ -23,13 +26,32 @@ enum Job {
 
 /// The sending side of the group-commit task.
 #[derive(Clone)]
-pub(super) struct GroupCommit(mpsc::Sender<Job>);
+pub(super) struct GroupCommit {
+    jobs: mpsc::Sender<Job>,
+    /// Commits still to be reported as failed although they went through: the
+    /// ambiguous commit a lost connection makes, for the tests (`Store::
+    /// report_commits_failed`). Zero outside them.
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
+    ambiguous: Arc<AtomicUsize>,
+}
 
 impl GroupCommit {
     pub(super) fn start(writer: sqlx::AnyPool) -> Self {
         let (tx, rx) = mpsc::channel(4 * BATCH);
-        tokio::spawn(run(writer, rx));
-        GroupCommit(tx)
+        let ambiguous = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(run(writer, rx, Arc::clone(&ambiguous)));
+        GroupCommit {
+            jobs: tx,
+            ambiguous,
+        }
+    }
+}
+
+/// What a job's caller is told when the end it asked for was not saved.
+fn end_outcome(saved: bool) -> EndOutcome {
+    match saved {
+        true => Ok(()),
+        false => Err(StoreError::TakenOver),
     }
 }
 
@@ -42,7 +64,7 @@ impl Store {
         if let Some(group) = &self.group {
             let (reply, answer) = oneshot::channel();
             group
-                .0
+                .jobs
                 .send(Job::Start(Box::new(start), reply))
                 .await
                 .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
@@ -59,13 +81,23 @@ impl Store {
         Ok(started)
     }
 
+    /// Reports the next `n` group commits as failed after they went through, as
+    /// a connection lost during the commit's acknowledgement would.
+    #[cfg(feature = "testkit")]
+    pub fn report_commits_failed(&self, n: usize) {
+        if let Some(group) = &self.group {
+            group.ambiguous.store(n, Ordering::Release);
+        }
+    }
+
     /// Saves an answer's final text, status, citations and usage, and settles the
-    /// turn's budget reservation to what it spent.
+    /// turn's budget reservation to what it spent — only while the answer
+    /// streams under the end's fence; `TakenOver` when it no longer does.
     pub async fn finish_turn(&self, end: TurnEnd) -> StoreResult<()> {
         if let Some(group) = &self.group {
             let (reply, answer) = oneshot::channel();
             group
-                .0
+                .jobs
                 .send(Job::End(end, reply))
                 .await
                 .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
@@ -75,14 +107,14 @@ impl Store {
             return answer;
         }
         let mut tx = self.writer().begin().await?;
-        end_in(&mut tx, &end).await?;
+        let saved = end_in(&mut tx, &end).await?;
         tx.commit().await?;
-        Ok(())
+        end_outcome(saved)
     }
 }
 
 /// Collects the waiting writes and commits them together, forever.
-async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
+async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>, ambiguous: Arc<AtomicUsize>) {
     while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -91,7 +123,7 @@ async fn run(writer: sqlx::AnyPool, mut jobs: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        commit(&writer, batch).await;
+        commit(&writer, batch, &ambiguous).await;
     }
 }
 
@@ -103,13 +135,26 @@ type EndOutcome = Result<(), StoreError>;
 /// (`bulk.rs`), with no savepoints. A start refused for its budget writes
 /// nothing, so it needs no undoing. If any statement fails, the batch is rolled
 /// back and each job runs again in its own transaction, so one bad job fails
-/// alone.
-async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
-    match together(writer, &batch).await {
-        Ok(reservations) => {
+/// alone. Running a job again is idempotent: a start already written (the
+/// batch committed although the commit was reported failed) is not written
+/// twice, and an end already saved under its fence counts as saved.
+async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>, ambiguous: &AtomicUsize) {
+    let written = together(writer, &batch).await.and_then(|written| {
+        let reported_failed = ambiguous
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        match reported_failed {
+            true => Err(sqlx::Error::Io(std::io::Error::other(
+                "the commit's acknowledgement was lost",
+            ))),
+            false => Ok(written),
+        }
+    });
+    match written {
+        Ok(written) => {
             // Committed, and nobody told yet (the crash tests stop here).
             crate::crashpoint::reached("group_committed");
-            let mut reservations = reservations.into_iter();
+            let mut reservations = written.reservations.into_iter();
             for job in batch {
                 match job {
                     Job::Start(_, reply) => {
@@ -119,7 +164,9 @@ async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
                             )
                         })))
                     }
-                    Job::End(_, reply) => drop(reply.send(Ok(()))),
+                    Job::End(end, reply) => {
+                        drop(reply.send(end_outcome(written.ended.contains(&end.message))))
+                    }
                 }
             }
         }
@@ -132,8 +179,11 @@ async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>) {
     }
 }
 
-/// The batch in one transaction; the starts' reservations in their order.
-async fn together(writer: &sqlx::AnyPool, batch: &[Job]) -> Result<Vec<Reservation>, sqlx::Error> {
+/// The batch in one transaction.
+async fn together(
+    writer: &sqlx::AnyPool,
+    batch: &[Job],
+) -> Result<super::bulk::Written, sqlx::Error> {
     let ends: Vec<&TurnEnd> = batch
         .iter()
         .filter_map(|job| match job {
@@ -155,13 +205,13 @@ async fn write_together(
     writer: &sqlx::AnyPool,
     ends: &[&TurnEnd],
     starts: &[&TurnStart],
-) -> Result<Vec<Reservation>, sqlx::Error> {
+) -> Result<super::bulk::Written, sqlx::Error> {
     let began = std::time::Instant::now();
     let mut tx = writer.begin().await?;
-    let reservations = super::bulk::write(&mut tx, ends, starts).await?;
+    let written = super::bulk::write(&mut tx, ends, starts).await?;
     // Written and not committed (the crash tests stop here).
     crate::crashpoint::reached("group_written");
-    let written = began.elapsed();
+    let write_time = began.elapsed();
     tx.commit().await?;
     // Where a batch's time goes, for whoever asks why starts wait (one line a
     // batch, at debug level: `DESKBELL_LOG=info,deskbell::group_commit=debug`).
@@ -169,11 +219,11 @@ async fn write_together(
         target: "deskbell::group_commit",
         starts = starts.len(),
         ends = ends.len(),
-        written_us = written.as_micros() as u64,
+        written_us = write_time.as_micros() as u64,
         committed_us = began.elapsed().as_micros() as u64,
         "batch committed"
     );
-    Ok(reservations)
+    Ok(written)
 }
 
 #[cfg(feature = "testkit")]
@@ -187,7 +237,9 @@ impl Store {
     ) -> Result<Vec<Reservation>, sqlx::Error> {
         let ends: Vec<&TurnEnd> = ends.iter().collect();
         let starts: Vec<&TurnStart> = starts.iter().collect();
-        write_together(self.writer(), &ends, &starts).await
+        Ok(write_together(self.writer(), &ends, &starts)
+            .await?
+            .reservations)
     }
 }
 
@@ -197,6 +249,9 @@ async fn alone(writer: &sqlx::AnyPool, job: Job) {
         Job::Start(start, reply) => {
             let outcome = async {
                 let mut tx = writer.begin().await?;
+                if begun(&mut tx, &start).await? {
+                    return Ok(Reservation::Reserved);
+                }
                 let started = begin_in(&mut tx, &start).await?;
                 if started == Reservation::Reserved {
                     tx.commit().await?;
@@ -209,11 +264,12 @@ async fn alone(writer: &sqlx::AnyPool, job: Job) {
         Job::End(end, reply) => {
             let outcome = async {
                 let mut tx = writer.begin().await?;
-                end_in(&mut tx, &end).await?;
-                tx.commit().await
+                let saved = end_in(&mut tx, &end).await?;
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>(saved)
             }
             .await;
-            drop(reply.send(outcome.map_err(StoreError::from)));
+            drop(reply.send(outcome.map_err(StoreError::from).and_then(end_outcome)));
         }
     }
 }

@@ -26,6 +26,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!(
     (6, "operators", "common/0006_operators.sql"),
     (7, "duties", "common/0007_duties.sql"),
     (8, "knowledge", "common/0008_knowledge.sql"),
+    (9, "ingest jobs", "common/0009_ingest_jobs.sql"),
 );
 
 const POSTGRES: &[(i64, &str, &str)] = embedded!(
@@ -45,6 +46,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!(
     (6, "operators", "common/0006_operators.sql"),
     (7, "duties", "common/0007_duties.sql"),
     (8, "knowledge", "common/0008_knowledge.sql"),
+    (9, "ingest jobs", "common/0009_ingest_jobs.sql"),
 );
 
 #[derive(Debug)]

@@ -14,13 +14,14 @@ mod console;
 mod conversations;
 mod error;
 mod group;
+pub mod ingests;
 mod installation;
 mod knowledge;
 mod known_budget;
-mod leases;
 mod migrate;
 mod operators;
 mod overrides;
+mod ownership;
 mod site_reads;
 pub mod stored;
 mod turns;
@@ -34,9 +35,10 @@ pub use cards::Decided;
 pub use console::{AuditFilter, ConversationFilter, ConversationListRow, SEARCH_WINDOW};
 pub use conversations::{MessageRow, STREAMING};
 pub use error::{StoreError, StoreResult};
-pub use leases::{Claimed, StreamingAnswer};
+pub use ingests::IngestJobRow;
 pub use operators::{OperatorRow, SessionRow, TokenRow};
 pub use overrides::{ToolEdit, ToolOverride};
+pub use ownership::{Claimed, DEFAULT_LEASE_MS, Fence, Renewal, StreamingAnswer};
 pub use turns::{TurnEnd, TurnStart};
 
 use std::path::Path;
@@ -79,13 +81,13 @@ pub struct Store {
     backend: Backend,
     /// SQLite only: commits turns' starts and ends together (see `turns.rs`).
     group: Option<group::GroupCommit>,
-    /// This process's lease: what it runs and streams is stored under this name.
-    owner: std::sync::Arc<str>,
+    /// This process's lease and the fence of what it starts (`ownership`).
+    lease: std::sync::Arc<ownership::Lease>,
     /// How long the lease holds without renewal, in milliseconds.
     lease_ms: i64,
     /// SQLite only: this process's hold on the database's lock file (see
-    /// `leases::FileLock`), and whether it was the only process when it started.
-    file_lock: Option<std::sync::Arc<leases::FileLock>>,
+    /// `ownership::FileLock`), and whether it was the only process when it started.
+    file_lock: Option<std::sync::Arc<ownership::FileLock>>,
     /// The questions' budget and tool-version reads, shared when they coincide.
     site_reads: std::sync::Arc<site_reads::SiteReads>,
     /// The sites' budgets as this replica last read and reserved them.
@@ -203,9 +205,9 @@ impl Store {
                     pool,
                     writer,
                     backend,
-                    owner: crate::ids::new_id("p").into(),
-                    lease_ms: leases::DEFAULT_LEASE_MS,
-                    file_lock: leases::FileLock::take(&url)?.map(std::sync::Arc::new),
+                    lease: std::sync::Arc::new(ownership::Lease::new(DEFAULT_LEASE_MS)),
+                    lease_ms: DEFAULT_LEASE_MS,
+                    file_lock: ownership::FileLock::take(&url)?.map(std::sync::Arc::new),
                     site_reads: Default::default(),
                     known_budgets: Default::default(),
                 }
@@ -220,8 +222,8 @@ impl Store {
                     group: group_commit.then(|| group::GroupCommit::start(pool.clone())),
                     pool,
                     backend,
-                    owner: crate::ids::new_id("p").into(),
-                    lease_ms: leases::DEFAULT_LEASE_MS,
+                    lease: std::sync::Arc::new(ownership::Lease::new(DEFAULT_LEASE_MS)),
+                    lease_ms: DEFAULT_LEASE_MS,
                     file_lock: None,
                     site_reads: Default::default(),
                     known_budgets: Default::default(),
@@ -237,11 +239,6 @@ impl Store {
         Ok(())
     }
 
-    /// The name this process's lease, running calls and streaming answers carry.
-    pub fn owner(&self) -> &str {
-        &self.owner
-    }
-
     pub fn backend(&self) -> Backend {
         self.backend
     }
@@ -249,6 +246,7 @@ impl Store {
     /// Sets how long this process's lease holds without renewal (`[server] lease_s`).
     pub fn with_lease(mut self, lease: Duration) -> Store {
         self.lease_ms = lease.as_millis().clamp(1_000, i64::MAX as u128) as i64;
+        self.lease = std::sync::Arc::new(ownership::Lease::new(self.lease_ms));
         self
     }
 

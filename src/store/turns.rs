@@ -8,6 +8,7 @@ use crate::clock::Millis;
 use crate::wire::Usage;
 
 use super::Tx;
+use super::ownership::Fence;
 use crate::states::MessageStatus;
 
 pub struct TurnStart {
@@ -23,6 +24,7 @@ pub struct TurnStart {
     pub budget: Option<BudgetShare>,
 }
 
+#[derive(Clone)]
 pub struct TurnEnd {
     pub message: String,
     pub text: String,
@@ -35,9 +37,10 @@ pub struct TurnEnd {
     pub unreported: u64,
     /// The reservation to settle to `usage` and `unreported`.
     pub budget: Option<BudgetShare>,
-    /// The process streaming the answer: the end is saved only while the answer
-    /// is still streaming under it (not after another process took it over).
-    pub owner: String,
+    /// The fence of the work streaming the answer: the end is saved only while
+    /// the answer is still streaming under it (not after another process took
+    /// it over).
+    pub owner: Fence,
 }
 
 pub(super) async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservation, sqlx::Error> {
@@ -71,14 +74,28 @@ pub(super) async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservati
     Ok(Reservation::Reserved)
 }
 
+/// Whether a start's rows are already there: a batch whose commit went through
+/// although its caller was told it failed (an ambiguous commit) is not written
+/// twice when its jobs run again one by one.
+pub(super) async fn begun(tx: &mut Tx<'_>, t: &TurnStart) -> Result<bool, sqlx::Error> {
+    let row = sqlx::query("SELECT 1 AS found FROM messages WHERE id = $1")
+        .bind(&t.bubble.id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    Ok(row.is_some())
+}
+
 /// The budget first, then the message: every write of a turn takes its locks in
-/// the order budget, call, audit, messages (see `Store::decide`).
-pub(super) async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<(), sqlx::Error> {
+/// the order budget, call, audit, messages (see `Store::decide`). Returns
+/// whether the end is saved: written now, or found already written under the
+/// same fence (a run again after an ambiguous commit); false when the answer
+/// is no longer streaming under the end's fence.
+pub(super) async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<bool, sqlx::Error> {
     if let Some(b) = &e.budget {
         let spent = crate::budget::spent(e.usage, e.unreported);
-        super::budgets::settle_once(&mut **tx, b, spent, &e.message, &e.owner).await?;
+        super::budgets::settle_once(&mut **tx, b, spent, &e.message, e.owner.as_str()).await?;
     }
-    sqlx::query(
+    let saved = sqlx::query(
         "UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 \
          WHERE id = $6 AND status = $8 AND owner = $7",
     )
@@ -88,9 +105,29 @@ pub(super) async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<(), sqlx::Err
     .bind(e.usage.input_tokens as i64)
     .bind(e.usage.output_tokens as i64)
     .bind(&e.message)
-    .bind(&e.owner)
+    .bind(e.owner.as_str())
     .bind(MessageStatus::Streaming.as_str())
     .execute(&mut **tx)
-    .await?;
-    Ok(())
+    .await?
+    .rows_affected();
+    if saved == 1 {
+        return Ok(true);
+    }
+    ended(tx, e).await
+}
+
+/// Whether `e` was already saved: the answer carries its fence and its final
+/// status (an answer taken over carries the claimer's fence).
+pub(super) async fn ended(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<bool, sqlx::Error> {
+    use sqlx::Row;
+    let row = sqlx::query("SELECT status, owner FROM messages WHERE id = $1")
+        .bind(&e.message)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let Some(row) = row else {
+        return Ok(false);
+    };
+    let status: String = row.try_get("status")?;
+    let owner: Option<String> = row.try_get("owner")?;
+    Ok(status == e.status.as_str() && owner.as_deref() == Some(e.owner.as_str()))
 }

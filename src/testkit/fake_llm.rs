@@ -76,6 +76,9 @@ struct Script {
     /// How long every stream waits before its first chunk, in microseconds: a
     /// model's own latency, for the benchmark that measures what Deskbell adds.
     first_token_delay_us: AtomicU64,
+    /// How long every response waits before its head (status and headers), in
+    /// microseconds: a model server that answers nothing until its first token.
+    head_delay_us: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -111,6 +114,13 @@ impl FakeLlm {
             .store(us, Ordering::Relaxed);
     }
 
+    /// Makes every later response wait `delay` before its head, as a model
+    /// server that sends nothing until its first token is ready.
+    pub fn set_head_delay(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.script.head_delay_us.store(us, Ordering::Relaxed);
+    }
+
     /// The request bodies received so far, in order.
     pub fn requests(&self) -> Vec<Value> {
         lock(&self.script.requests).clone()
@@ -136,6 +146,10 @@ async fn complete(
     let reply = lock(&script.replies)
         .pop_front()
         .unwrap_or_else(|| Reply::text("OK."));
+    let head_delay = Duration::from_micros(script.head_delay_us.load(Ordering::Relaxed));
+    if !head_delay.is_zero() {
+        tokio::time::sleep(head_delay).await;
+    }
     match reply {
         Reply::Status(code) => {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

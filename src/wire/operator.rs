@@ -220,6 +220,27 @@ pub struct SkippedView {
     pub reason: String,
 }
 
+/// An ingest job (`POST /v1/operator/knowledge/{site}/ingest` with `Prefer:
+/// respond-async`, then `GET …/ingest/{job}`): how far it has come and how it
+/// ended.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct IngestJobView {
+    pub job: String,
+    pub site: String,
+    /// `running`, `finished` or `failed`.
+    pub state: String,
+    /// Pages and files read so far.
+    pub read: i64,
+    /// Pages and files found so far (grows as sitemaps and folders are walked).
+    pub found: i64,
+    /// The report, once finished.
+    pub report: Option<ReportView>,
+    /// Why it failed, in words fit to show.
+    pub error: Option<String>,
+    pub started_at: String,
+    pub updated_at: String,
+}
+
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PassageView {
     pub n: usize,

@@ -120,3 +120,24 @@ async fn an_operator_can_allow_larger_request_heads() {
     let refused = answer_to_head_of(&t, 16_500).await;
     assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
 }
+
+/// A model server that sends nothing for 70 s (it answers when its first token
+/// is ready) with `turn_timeout_s = 120`: the ask's handler is still within its
+/// own deadline, so the connection watchdog must not cut it, and the answer
+/// arrives. (The watchdog used to cut any request without a response after
+/// max(30 s, `idle_timeout_s`).)
+#[tokio::test]
+async fn a_first_token_after_seventy_seconds_is_answered_within_the_turn_timeout() {
+    let t = TestApp::with(|c| {
+        c.llm.turn_timeout_s = 120.0;
+        c.llm.idle_timeout_s = 100.0;
+    })
+    .await;
+    t.llm.set_head_delay(Duration::from_secs(70));
+    t.llm.push(Script::text("Here it is."));
+    let token = t.visitor().await;
+    let r = t.question(&token, None, "Are you there?").await;
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    assert_eq!(r.text(), "Here it is.");
+    assert_eq!(r.all("done").last().unwrap()["status"], "answered");
+}

@@ -345,7 +345,7 @@ fn a_batchs_rows_come_back_exactly_for_any_text() {
     let t = runtime.block_on(TestApp::start());
     let db = runtime.block_on(t.db());
     let store = &t.app.store;
-    let owner = store.owner().to_string();
+    let owner = store.fence();
     let share = BudgetShare {
         site: "acme".into(),
         day: "2026-12-01".into(),
@@ -379,7 +379,7 @@ fn a_batchs_rows_come_back_exactly_for_any_text() {
                     let mut bubble = new_message(Role::Assistant);
                     bubble.text = String::new();
                     bubble.status = MessageStatus::Streaming;
-                    bubble.owner = Some(owner.clone());
+                    bubble.owner = Some(owner.to_string());
                     bubble.budget_day = Some(share.day.clone());
                     bubble.reserved = share.reserved;
                     ends.push(TurnEnd {

@@ -10,8 +10,10 @@ mod doors;
 mod early_ask;
 mod edges;
 mod expiry;
+mod fencing;
 mod guards;
 mod identity;
+mod ingest_jobs;
 mod knowledge;
 mod limits;
 #[cfg(feature = "local-model")]
@@ -27,6 +29,7 @@ mod metrics;
 mod operator;
 mod operator_reads;
 mod operator_tools;
+mod outcomes;
 mod postgres;
 mod provider;
 mod redis;

@@ -20,7 +20,7 @@ impl Turn {
         verified: Verified,
         decision: Decision,
     ) -> anyhow::Result<()> {
-        let Verified { call, tool } = verified;
+        let Verified { mut call, tool } = verified;
         let (context, arguments) = confirm::run::prepare(&call)?;
         self.conversation = call.conversation.clone();
         self.turn = call.turn.clone();
@@ -43,6 +43,11 @@ impl Turn {
             };
         self.reserved();
         self.open_bubble = Some(bubble.id.clone());
+        // A confirmed call now runs under this turn's fence, delivered once.
+        if decision == Decision::Confirm {
+            call.owner = Some(self.fence.to_string());
+            call.deliveries = 1;
+        }
         crate::crashpoint::reached("after_decide");
         self.start(Ok(()));
         self.sink
@@ -104,8 +109,15 @@ impl Turn {
         self.close(bubble, status).await
     }
 
-    /// Sets a headless turn up to finish the turn of `call` after a crash.
-    pub(in crate::ask) fn resume(&mut self, call: &CallRow, answer: Option<&StreamingAnswer>) {
+    /// Sets a headless turn up to finish the turn of `call` after a crash, under
+    /// the fence its claim stamped on the call and the answer.
+    pub(in crate::ask) fn resume(
+        &mut self,
+        call: &CallRow,
+        answer: Option<&StreamingAnswer>,
+        fence: crate::store::Fence,
+    ) {
+        self.fence = fence;
         self.conversation = call.conversation.clone();
         self.turn = answer.map_or_else(|| call.turn.clone(), |a| a.turn.clone());
         // A continuation after a card raises no second one.
@@ -163,7 +175,7 @@ impl Turn {
         arguments: &serde_json::Value,
         messages: &mut Vec<ChatMessage>,
     ) -> anyhow::Result<Result<ModelStream, ProviderError>> {
-        let (outcome, status) = self.run_tool(&call.id, tool, arguments).await;
+        let (outcome, status) = self.run_tool(&call.id, tool, arguments).await?;
         self.sources.push(Citation {
             n: 1,
             title: tool.label.clone(),
@@ -175,7 +187,7 @@ impl Turn {
             content: format!("[1] {}", outcome.result),
         });
         self.refresh_tools().await;
-        let record = confirm::run::record(&self.app, call, &outcome, status);
+        let record = confirm::run::record(&self.app, call, &outcome, status, &self.fence);
         let request = self.request(messages, 0);
         let (recorded, first) = tokio::join!(record, self.model(request));
         recorded?;

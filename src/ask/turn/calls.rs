@@ -212,12 +212,12 @@ impl Turn {
         );
         // Running under this process's lease: a crash before the outcome is
         // recorded leaves a call that recovery delivers again.
-        row.owner = Some(self.app.store.owner().to_string());
+        row.owner = Some(self.fence.to_string());
         row.deliveries = 1;
         let requested = AuditRow::for_call(&row, AuditEvent::Requested, None, row.created_at);
         self.app.store.insert_call(&row, &[requested]).await?;
-        let (outcome, status) = self.run_tool(&row.id, tool, &arguments.value).await;
-        confirm::run::record(&self.app, &row, &outcome, status).await?;
+        let (outcome, status) = self.run_tool(&row.id, tool, &arguments.value).await?;
+        confirm::run::record(&self.app, &row, &outcome, status, &self.fence).await?;
         self.sink.send(step_event(&row.id, tool, status)).await;
         Ok(outcome.result)
     }

@@ -10,8 +10,18 @@ use crate::store::{CallStatus, TurnEnd};
 use crate::wire::{Citation, StreamEvent, TurnStatus};
 
 impl Turn {
-    pub(super) async fn stopped(&self, stop: Stop) -> TurnStatus {
+    pub(super) async fn stopped(&mut self, stop: Stop) -> TurnStatus {
         let (code, message) = match stop {
+            Stop::TakenOver => {
+                tracing::warn!(
+                    "this turn's work was taken over by another process (this one's lease lapsed); it stops here"
+                );
+                self.taken_over = true;
+                (
+                    "taken_over",
+                    "This answer was taken over by another server. Reload the conversation to see it.",
+                )
+            }
             Stop::Provider(ProviderError::TurnTimeout) => {
                 tracing::warn!("the turn ran out of time");
                 crate::ops::metrics::provider_error("turn_timeout");
@@ -46,8 +56,15 @@ impl Turn {
     }
 
     /// Saves the bubble with its citations and usage and settles the turn's budget
-    /// share (one transaction), then ends the stream.
+    /// share (one transaction), then ends the stream. The save is tried again
+    /// until it lands (`Store::until_written`): the visitor is told the end only
+    /// once the database holds it, and never when another process took the
+    /// answer over.
     pub(super) async fn close(&mut self, bubble: Bubble, status: TurnStatus) -> anyhow::Result<()> {
+        if self.taken_over {
+            self.end_taken_over().await;
+            return Ok(());
+        }
         let cited = cited_sources(&bubble.text, &self.sources);
         let citations = (!cited.is_empty()).then(|| stored::encode_citations(&cited));
         if !cited.is_empty() {
@@ -68,9 +85,20 @@ impl Turn {
                 .and_then(Admission::reserved_share)
                 .or(self.recovered_share.as_ref())
                 .cloned(),
-            owner: self.app.store.owner().to_string(),
+            owner: self.fence.clone(),
         };
-        let saved = self.app.store.finish_turn(end).await;
+        let store = &self.app.store;
+        let saved = store
+            .until_written(&self.fence, "an answer's end", || {
+                store.finish_turn(end.clone())
+            })
+            .await;
+        if let Err(crate::store::StoreError::TakenOver) = saved {
+            self.open_bubble = None;
+            let status = self.stopped(Stop::TakenOver).await;
+            self.end_with(status).await;
+            return Ok(());
+        }
         if saved.is_err() {
             // The settlement did not happen with the message: keep it for `settle`.
             self.admission = admission;
@@ -90,6 +118,24 @@ impl Turn {
             })
             .await;
         Ok(())
+    }
+
+    /// The end of a turn whose answer another process took over: the error
+    /// was told by `stopped`; only the last event is left.
+    async fn end_taken_over(&mut self) {
+        self.open_bubble = None;
+        self.admission = None;
+        self.end_with(TurnStatus::Failed).await;
+    }
+
+    async fn end_with(&mut self, status: TurnStatus) {
+        self.ended(status);
+        self.sink
+            .send(StreamEvent::Done {
+                status,
+                usage: self.usage,
+            })
+            .await;
     }
 
     /// Counts the ended turn, its duration and its tokens (SPEC §18).
@@ -119,14 +165,8 @@ impl Turn {
             Box::pin(self.refuse_after_start(ApiError::from(e))).await;
             return;
         }
-        let status = self.stopped(Stop::Internal(e)).await;
-        self.ended(status);
-        self.sink
-            .send(StreamEvent::Done {
-                status,
-                usage: self.usage,
-            })
-            .await;
+        let status = self.stopped(Stop::from(e)).await;
+        self.end_with(status).await;
     }
 
     /// Refuses a question before anything of it was streamed. A start already

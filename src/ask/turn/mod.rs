@@ -30,7 +30,7 @@ use crate::guard::{Admission, Caller};
 use crate::ids::{ConversationId, new_id};
 use crate::llm::{ChatMessage, ChatRequest, ModelStream, ProviderError};
 use crate::states::{MessageStatus, Role};
-use crate::store::{BudgetShare, MessageRow, Reservation};
+use crate::store::{BudgetShare, Fence, MessageRow, Reservation};
 use crate::tools::Toolbox;
 use crate::tools::http::Invocation;
 use crate::wire::{Citation, Decision, StreamEvent, Usage};
@@ -42,12 +42,18 @@ pub const MAX_ROUNDS: usize = 8;
 /// Why a turn stopped early.
 enum Stop {
     Provider(ProviderError),
+    /// Another process took the turn's work over (its lease lapsed): nothing
+    /// more of it is written or told but that (`store::ownership`).
+    TakenOver,
     Internal(anyhow::Error),
 }
 
 impl From<anyhow::Error> for Stop {
     fn from(e: anyhow::Error) -> Self {
-        Stop::Internal(e)
+        match e.downcast_ref::<crate::store::StoreError>() {
+            Some(crate::store::StoreError::TakenOver) => Stop::TakenOver,
+            _ => Stop::Internal(e),
+        }
     }
 }
 
@@ -84,6 +90,12 @@ pub struct Turn {
     open_bubble: Option<String>,
     /// The site's tools as of this round: the file's with the console's changes.
     tools: Arc<Toolbox>,
+    /// The lease this turn's work is stamped with; its writes hold only while
+    /// the rows still carry it.
+    fence: Fence,
+    /// Set when another process took the work over: the turn stops, writes
+    /// nothing more and tells its visitor so.
+    taken_over: bool,
     /// Every model wait ends by this instant (`[llm] turn_timeout_s`).
     deadline: tokio::time::Instant,
     /// When the bubble's text was last saved while streaming.
@@ -124,6 +136,7 @@ impl Turn {
         let deadline = now + std::time::Duration::from_secs_f64(app.config.llm.turn_timeout_s);
         sink.until(deadline);
         let tools = caller.site.tools.snapshot();
+        let fence = app.store.fence();
         Self {
             app,
             caller,
@@ -143,6 +156,8 @@ impl Turn {
             deadline,
             checkpointed: now,
             tools,
+            fence,
+            taken_over: false,
             began: now,
             phases: phases::Phases::default(),
             streamed: true,
@@ -190,12 +205,22 @@ impl Turn {
         let Some(bubble) = self.open_bubble.take() else {
             return;
         };
+        if self.taken_over {
+            // The process that took the answer over settles it.
+            return;
+        }
         let share = admission
             .as_ref()
             .and_then(Admission::reserved_share)
             .or(self.recovered_share.as_ref());
         let spent = crate::budget::spent(self.usage, self.unreported);
-        if let Err(e) = self.app.store.fail_streaming(&bubble, share, spent).await {
+        let store = &self.app.store;
+        let failed = store
+            .until_written(&self.fence, "an unfinished answer", || {
+                store.fail_streaming(&bubble, share, spent, &self.fence)
+            })
+            .await;
+        if let Err(e) = failed {
             tracing::error!(
                 error = format!("{e:#}"),
                 "an unfinished answer could not be marked failed"
@@ -264,7 +289,7 @@ impl Turn {
             "",
             MessageStatus::Streaming,
         );
-        row.owner = Some(self.app.store.owner().to_string());
+        row.owner = Some(self.fence.to_string());
         if let Some(share) = self.admission.as_ref().map(Admission::share) {
             row.budget_day = Some(share.day.clone());
             row.reserved = share.reserved;

@@ -244,7 +244,7 @@ impl Turn {
                     .as_ref()
                     .and_then(Admission::reserved_share)
                     .cloned(),
-                owner: store.owner().to_string(),
+                owner: self.fence.clone(),
             })
             .await?;
         self.open_bubble = None;

@@ -74,15 +74,16 @@ impl Turn {
                     &bubble.id,
                     &bubble.text,
                     Some(&stored::encode_transcript(&messages)),
+                    &self.fence,
                 ))
                 .await
             {
-                return Box::pin(self.stopped(Stop::Internal(e.into()))).await;
+                return Box::pin(self.stopped(Stop::from(anyhow::Error::from(e)))).await;
             }
             match Box::pin(self.handle_calls(&mut messages, bubble, calls)).await {
                 Ok(true) => return TurnStatus::AwaitingConfirmation,
                 Ok(false) => {}
-                Err(e) => return Box::pin(self.stopped(Stop::Internal(e))).await,
+                Err(e) => return Box::pin(self.stopped(Stop::from(e))).await,
             }
         }
         TurnStatus::Answered
@@ -107,6 +108,12 @@ impl Turn {
             };
             match event {
                 Ok(ModelEvent::Text(delta)) => {
+                    // Nothing more is told once the answer may have been taken
+                    // over: a process that was paused past its lease checks
+                    // with the database before its next word.
+                    if let Err(stop) = self.still_held().await {
+                        break Err(stop);
+                    }
                     if !self.streamed {
                         self.streamed = true;
                         self.phases.first_token(self.began);
@@ -120,7 +127,9 @@ impl Turn {
                     text.push_str(&delta);
                     bubble.text.push_str(&delta);
                     self.sink.send(StreamEvent::Delta { text: delta }).await;
-                    self.checkpoint_text(bubble).await;
+                    if let Err(stop) = self.checkpoint_text(bubble).await {
+                        break Err(stop);
+                    }
                 }
                 Ok(ModelEvent::ToolCalls(c)) => calls = c,
                 Ok(ModelEvent::Usage(u)) => {
@@ -142,29 +151,59 @@ impl Turn {
     }
 
     /// Saves a long answer's text every few seconds while it streams, so a crash
-    /// loses at most those seconds of it.
-    pub(super) async fn checkpoint_text(&mut self, bubble: &Bubble) {
+    /// loses at most those seconds of it. An answer found taken over stops.
+    pub(super) async fn checkpoint_text(&mut self, bubble: &Bubble) -> Result<(), Stop> {
         let now = tokio::time::Instant::now();
         if now.duration_since(self.checkpointed) < CHECKPOINT_EVERY {
-            return;
+            return Ok(());
         }
         self.checkpointed = now;
-        if let Err(e) = Box::pin(self.app.store.checkpoint(&bubble.id, &bubble.text, None)).await {
-            tracing::warn!(
-                error = format!("{e:#}"),
-                "an answer's text could not be saved"
-            );
+        let saved = Box::pin(self.app.store.checkpoint(
+            &bubble.id,
+            &bubble.text,
+            None,
+            &self.fence,
+        ))
+        .await;
+        match saved {
+            Ok(()) => Ok(()),
+            Err(crate::store::StoreError::TakenOver) => Err(Stop::TakenOver),
+            Err(e) => {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "an answer's text could not be saved"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Ok while this turn's work is still this process's: free when the lease
+    /// was renewed within its length, else a word with the database (waiting,
+    /// no later than the turn's deadline, while it cannot be reached).
+    async fn still_held(&self) -> Result<(), Stop> {
+        if !self.app.store.lapsed(&self.fence) {
+            return Ok(());
+        }
+        match tokio::time::timeout_at(self.deadline, self.app.store.hold(&self.fence)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(crate::store::StoreError::TakenOver)) => Err(Stop::TakenOver),
+            Ok(Err(e)) => Err(Stop::Internal(e.into())),
+            Err(_) => Err(Stop::Provider(ProviderError::TurnTimeout)),
         }
     }
 
     /// Runs a call on its tool's endpoint, announced with a `running` step; the caller
-    /// records the outcome, then sends the final step.
+    /// records the outcome, then sends the final step. The call is sent only
+    /// while this process's lease holds for a while yet under the turn's fence:
+    /// a process that cannot renew its lease delivers nothing until it has one
+    /// again, and one whose work was taken over never delivers it (`TakenOver`).
     pub(in crate::ask) async fn run_tool(
         &self,
         call: &str,
         tool: &crate::tools::Tool,
         arguments: &serde_json::Value,
-    ) -> (crate::tools::http::Outcome, CallStatus) {
+    ) -> anyhow::Result<(crate::tools::http::Outcome, CallStatus)> {
         self.sink
             .send(step_event(call, tool, CallStatus::Running))
             .await;
@@ -178,14 +217,18 @@ impl Turn {
             failure: Some(Reason::Timeout),
             duration_ms: 0,
         };
-        let mut outcome = if tokio::time::Instant::now() >= self.deadline {
-            timed_out()
-        } else {
+        let held = tokio::time::timeout_at(self.deadline, self.app.store.hold(&self.fence)).await;
+        let mut outcome = if let Ok(held) = held
+            && tokio::time::Instant::now() < self.deadline
+        {
+            held?;
             let invocation = self.invocation(call, arguments);
             let run = self.app.executor.run(tool, &invocation);
             tokio::time::timeout_at(self.deadline, run)
                 .await
                 .unwrap_or_else(|_| timed_out())
+        } else {
+            timed_out()
         };
         outcome.result = without_nul(outcome.result);
         let status = if outcome.succeeded {
@@ -193,7 +236,7 @@ impl Turn {
         } else {
             CallStatus::Failed
         };
-        (outcome, status)
+        Ok((outcome, status))
     }
 }
 

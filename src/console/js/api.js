@@ -19,8 +19,8 @@ let sessionGone = () => {};
 /** Registers what to do when a call finds the session gone (expired, revoked). */
 export function onSessionGone(fn) { sessionGone = fn; }
 
-export async function api(method, path, body) {
-  const init = { method, credentials: 'same-origin', headers: { accept: 'application/json' } };
+export async function api(method, path, body, headers = {}) {
+  const init = { method, credentials: 'same-origin', headers: { accept: 'application/json', ...headers } };
   if (body !== undefined) { init.headers['content-type'] = 'application/json'; init.body = JSON.stringify(body); }
   if (method !== 'GET' && state.csrf) init.headers['x-deskbell-csrf'] = state.csrf;
   let r;

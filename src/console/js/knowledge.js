@@ -45,19 +45,31 @@ function knowledgeSite(ctx, k) {
   ]);
   if (isAdmin()) {
     const status = h('p', { class: 'ingest-status', role: 'status' });
+    const bar = h('progress', { class: 'ingest-progress', 'aria-label': 'Ingest progress of ' + siteName(k.site), hidden: '' });
     const button = h('button', { type: 'button', class: 'ingest', text: 'Re-ingest' });
     button.addEventListener('click', async () => {
       button.disabled = true; status.className = 'ingest-status'; status.textContent = 'Ingesting… this can take a while.';
+      bar.hidden = false; bar.removeAttribute('value');
       try {
-        const r = await api('POST', `/knowledge/${enc(k.site)}/ingest`);
+        // The ingest runs as a job on the server (a closed tab does not stop
+        // it); its progress is polled until it ends.
+        let job = await api('POST', `/knowledge/${enc(k.site)}/ingest`, undefined, { prefer: 'respond-async' });
+        while (job.state === 'running') {
+          await new Promise((done) => setTimeout(done, 500));
+          if (!ctx.alive) return;
+          job = await api('GET', `/knowledge/${enc(k.site)}/ingest/${enc(job.job)}`);
+          showProgress(bar, status, job);
+        }
         if (!ctx.alive) return;
+        if (job.state !== 'finished') throw new Error(`The ingest failed: ${job.error || 'no reason given'}.`);
+        const r = job.report;
         report.replaceChildren(...reportView(r));
         status.textContent = `Ingest finished: ${r.added} added, ${r.updated} updated, ${r.removed} removed, ${r.skipped?.length || 0} skipped.`;
       } catch (e) {
         status.className = 'ingest-status error-text'; status.textContent = e.message;
-      } finally { button.disabled = false; }
+      } finally { button.disabled = false; bar.hidden = true; }
     });
-    section.append(h('div', { class: 'actions' }, [button]), status);
+    section.append(h('div', { class: 'actions' }, [button]), bar, status);
   }
   const q = h('input', { id: 'search-' + key, type: 'search', autocomplete: 'off' });
   const results = h('div', { class: 'passages', 'aria-live': 'polite' });
@@ -86,4 +98,10 @@ function passageList(passages) {
       h('p', { class: 'muted small', text: `Score ${Number(p.score).toFixed(3)}` }),
     ]);
   }));
+}
+
+/** A running job's counts on the bar (indeterminate until something is found). */
+function showProgress(bar, status, job) {
+  if (job.found > 0) { bar.max = job.found; bar.value = job.read; } else bar.removeAttribute('value');
+  if (job.state === 'running') status.textContent = `Ingesting… ${job.read} of ${job.found} pages and files read so far.`;
 }

@@ -137,6 +137,18 @@ impl Server {
         status
     }
 
+    /// Sends an ask whose whole stream is read in the background, for a test
+    /// to look at once the process it went to has done whatever it does.
+    pub fn ask_streamed(
+        &self,
+        token: &str,
+        body: Value,
+    ) -> tokio::task::JoinHandle<support::Reply> {
+        let base = self.base.clone();
+        let token = token.to_string();
+        tokio::spawn(async move { ask_at(&base, &token, body).await })
+    }
+
     /// Sends an ask whose stream will be cut by the crash; nobody waits for it.
     pub fn ask_in_background(&self, token: &str, body: Value) {
         let request = ask_request(&self.base, token, &body);

@@ -5,13 +5,11 @@
 
 use sqlx::Row;
 
-use super::calls::{COLUMNS, call};
-use super::error::StoreResult;
-use super::{BudgetShare, CallRow, Store, sql};
+use super::{Fence, owned};
 use crate::states::MessageStatus;
-
-/// How long a lease holds without renewal unless `[server] lease_s` says otherwise.
-pub const DEFAULT_LEASE_MS: i64 = 15_000;
+use crate::store::calls::{COLUMNS, call};
+use crate::store::error::StoreResult;
+use crate::store::{BudgetShare, CallRow, Store, sql};
 
 /// SQLite: a lock file beside the database that every process using it holds
 /// shared for its lifetime; the OS lets go of it when a process dies, however it
@@ -26,7 +24,7 @@ pub struct FileLock {
 }
 
 impl FileLock {
-    pub(super) fn take(url: &str) -> std::io::Result<Option<FileLock>> {
+    pub(crate) fn take(url: &str) -> std::io::Result<Option<FileLock>> {
         let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
         let path = rest.split('?').next().unwrap_or_default();
         if path.is_empty() || path == ":memory:" {
@@ -46,9 +44,12 @@ impl FileLock {
     }
 }
 
-/// What a dead process left, now owned by this one.
-#[derive(Debug, Default)]
+/// What a dead process left, now owned by this one under `fence`.
+#[derive(Debug)]
 pub struct Claimed {
+    /// The fence the claimed work was stamped with: the work that finishes it
+    /// writes under this one.
+    pub fence: Fence,
     /// Calls that were running, with `deliveries` already counting the next one.
     pub calls: Vec<CallRow>,
     /// Answers that were streaming.
@@ -85,39 +86,6 @@ impl StreamingAnswer {
 }
 
 impl Store {
-    /// Takes this process's lease (at start), timed by the database's clock.
-    pub async fn take_lease(&self) -> StoreResult<()> {
-        let now = self.now_sql();
-        sqlx::query(sql(format!(
-            "INSERT INTO leases (owner, started_at, expires_at) VALUES ($1, {now}, {now} + $2)"
-        )))
-        .bind(self.owner())
-        .bind(self.lease_ms)
-        .execute(self.writer())
-        .await?;
-        Ok(())
-    }
-
-    /// Renews the lease. Returns false if it had lapsed and was claimed by another
-    /// process (this one was paused for longer than a lease): the lease is taken
-    /// anew, and the outcomes this process still writes for what was claimed are
-    /// refused (they are guarded by owner).
-    pub async fn renew_lease(&self) -> StoreResult<bool> {
-        let renewed = sqlx::query(sql(format!(
-            "UPDATE leases SET expires_at = {} + $2 WHERE owner = $1",
-            self.now_sql()
-        )))
-        .bind(self.owner())
-        .bind(self.lease_ms)
-        .execute(self.writer())
-        .await?
-        .rows_affected();
-        if renewed == 0 {
-            self.take_lease().await?;
-        }
-        Ok(renewed == 1)
-    }
-
     /// Takes or keeps the duty `name` for `hold_ms` (on the database's clock):
     /// true while this process holds it. Another process's hold is taken over only
     /// once it lapsed.
@@ -129,21 +97,12 @@ impl Store {
              WHERE duties.holder = $2 OR duties.expires_at < {now}"
         )))
         .bind(name)
-        .bind(self.owner())
+        .bind(self.fence().as_str())
         .bind(hold_ms)
         .execute(self.writer())
         .await?
         .rows_affected();
         Ok(held == 1)
-    }
-
-    /// Gives the lease up at a clean shutdown (nothing is left running then).
-    pub async fn release_lease(&self) -> StoreResult<()> {
-        sqlx::query("DELETE FROM leases WHERE owner = $1")
-            .bind(self.owner())
-            .execute(self.writer())
-            .await?;
-        Ok(())
     }
 
     /// Claims the work of every process whose lease has lapsed, and of owners with
@@ -152,6 +111,7 @@ impl Store {
     /// other lease, lapsed or not.
     pub async fn claim_dead(&self, at_start: bool) -> StoreResult<Claimed> {
         let every_other = at_start && self.file_lock.as_ref().is_some_and(|l| l.solo);
+        let fence = self.fence();
         let lapsed = match every_other {
             true => "1 = 1".to_string(),
             false => format!("expires_at < {}", self.now_sql()),
@@ -161,11 +121,15 @@ impl Store {
              UNION SELECT DISTINCT owner, 0 AS leased FROM calls WHERE owner IS NOT NULL AND owner NOT IN (SELECT owner FROM leases) \
              UNION SELECT DISTINCT owner, 0 AS leased FROM messages WHERE status = $2 AND owner IS NOT NULL AND owner NOT IN (SELECT owner FROM leases)"
         )))
-        .bind(self.owner())
+        .bind(fence.as_str())
         .bind(MessageStatus::Streaming.as_str())
         .fetch_all(self.writer())
         .await?;
-        let mut claimed = Claimed::default();
+        let mut claimed = Claimed {
+            fence,
+            calls: Vec::new(),
+            answers: Vec::new(),
+        };
         for row in dead {
             let owner: String = row.try_get("owner")?;
             let leased: i64 = row.try_get("leased")?;
@@ -206,7 +170,7 @@ impl Store {
         let calls = sqlx::query(sql(format!(
             "UPDATE calls SET owner = $1, deliveries = deliveries + 1 WHERE owner = $2 RETURNING {COLUMNS}"
         )))
-        .bind(self.owner())
+        .bind(claimed.fence.as_str())
         .bind(dead)
         .fetch_all(&mut *tx)
         .await?;
@@ -217,7 +181,7 @@ impl Store {
         let ids: Vec<String> = sqlx::query(
             "UPDATE messages SET owner = $1 WHERE owner = $2 AND status = $3 RETURNING id",
         )
-        .bind(self.owner())
+        .bind(claimed.fence.as_str())
         .bind(dead)
         .bind(MessageStatus::Streaming.as_str())
         .fetch_all(&mut *tx)
@@ -262,53 +226,91 @@ impl Store {
 
     /// Marks an interrupted answer failed, keeping its saved text, and gives its
     /// budget reservation back (settled to `spent`, an estimate of what it used).
-    pub async fn fail_answer(&self, answer: &StreamingAnswer, spent: i64) -> StoreResult<()> {
-        self.fail_streaming(&answer.id, answer.share().as_ref(), spent)
+    pub async fn fail_answer(
+        &self,
+        answer: &StreamingAnswer,
+        spent: i64,
+        fence: &Fence,
+    ) -> StoreResult<()> {
+        self.fail_streaming(&answer.id, answer.share().as_ref(), spent, fence)
             .await
     }
 
-    /// Marks this process's streaming answer failed and settles its reservation —
-    /// both only if it is still streaming under this process, so a reservation is
-    /// never given back twice. The budget row is written first, as in every
-    /// turn's writes (see `Store::decide`).
+    /// Marks a streaming answer failed and settles its reservation — both only
+    /// if it is still streaming under `fence`, so a reservation is never given
+    /// back twice; `TakenOver` when it no longer is. The budget row is written
+    /// first, as in every turn's writes (see `Store::decide`).
     pub async fn fail_streaming(
         &self,
         message: &str,
         share: Option<&BudgetShare>,
         spent: i64,
+        fence: &Fence,
     ) -> StoreResult<()> {
         let mut tx = self.writer().begin().await?;
         if let Some(share) = share {
-            super::budgets::settle_once(&mut *tx, share, spent, message, self.owner()).await?;
+            crate::store::budgets::settle_once(&mut *tx, share, spent, message, fence.as_str())
+                .await?;
         }
-        sqlx::query("UPDATE messages SET status = $3 WHERE id = $1 AND status = $4 AND owner = $2")
-            .bind(message)
-            .bind(self.owner())
-            .bind(MessageStatus::Failed.as_str())
-            .bind(MessageStatus::Streaming.as_str())
-            .execute(&mut *tx)
-            .await?;
+        let failed = sqlx::query(
+            "UPDATE messages SET status = $3 WHERE id = $1 AND status = $4 AND owner = $2",
+        )
+        .bind(message)
+        .bind(fence.as_str())
+        .bind(MessageStatus::Failed.as_str())
+        .bind(MessageStatus::Streaming.as_str())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if failed == 0 && self.failed_before(&mut tx, message, fence).await? {
+            return Ok(());
+        }
+        owned(failed)?;
         tx.commit().await?;
         Ok(())
     }
 
+    /// Whether the answer was already failed under `fence` (a commit reported
+    /// failed that went through).
+    async fn failed_before(
+        &self,
+        tx: &mut crate::store::Tx<'_>,
+        message: &str,
+        fence: &Fence,
+    ) -> StoreResult<bool> {
+        let row = sqlx::query("SELECT status, owner FROM messages WHERE id = $1")
+            .bind(message)
+            .fetch_optional(&mut **tx)
+            .await?;
+        let Some(row) = row else {
+            return Ok(false);
+        };
+        let status: String = row.try_get("status")?;
+        let owner: Option<String> = row.try_get("owner")?;
+        Ok(status == MessageStatus::Failed.as_str() && owner.as_deref() == Some(fence.as_str()))
+    }
+
     /// Saves an answer's text so far and, before a tool round, the model transcript
-    /// to resume it from: what a crash leaves is then what history shows.
+    /// to resume it from: what a crash leaves is then what history shows. Only
+    /// while the answer streams under `fence`; else `TakenOver`.
     pub async fn checkpoint(
         &self,
         message: &str,
         text: &str,
         context: Option<&str>,
+        fence: &Fence,
     ) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE messages SET text = $2, context = COALESCE($3, context) WHERE id = $1 AND status = $4",
+        let saved = sqlx::query(
+            "UPDATE messages SET text = $2, context = COALESCE($3, context) WHERE id = $1 AND status = $4 AND owner = $5",
         )
         .bind(message)
         .bind(text)
         .bind(context)
         .bind(MessageStatus::Streaming.as_str())
+        .bind(fence.as_str())
         .execute(self.writer())
-        .await?;
-        Ok(())
+        .await?
+        .rows_affected();
+        owned(saved)
     }
 }
