@@ -49,9 +49,10 @@ pub struct AppState {
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Changes the operator console shows live.
     pub live: crate::live::Live,
-    /// Whether the server listens on loopback only: its session cookie may then
-    /// go without `Secure` (SPEC §15).
-    pub loopback: bool,
+    /// Whether browsers reach the console over plain HTTP (`public_url` is
+    /// http://, or none is set and the server listens on loopback): its
+    /// session cookie then goes without `Secure` (SPEC §15).
+    pub plain_http: bool,
     /// The MCP servers' supervisors; dropping the state stops them.
     pub mcp: crate::mcp::Servers,
 }
@@ -146,11 +147,17 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         )?),
         (None, None) => Arc::new(LocalCounters::default()),
     };
-    let loopback = config
-        .server
-        .bind
-        .parse::<std::net::SocketAddr>()
-        .is_ok_and(|a| a.ip().is_loopback());
+    // Browsers reach the console over plain HTTP only where the operator says
+    // so (`public_url = "http://…"`) or, with no public URL, on loopback; behind
+    // a TLS proxy on loopback the public URL is https and the cookie `Secure`.
+    let plain_http = match &config.server.public_url {
+        Some(url) => url.starts_with("http://"),
+        None => config
+            .server
+            .bind
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback()),
+    };
     let mcp = crate::mcp::Servers::start(&config.sites).await;
     let mut sites = HashMap::new();
     for site in &config.sites {
@@ -179,7 +186,7 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
         fallback_counters: LocalCounters::default(),
         trusted_proxies,
         live: Default::default(),
-        loopback,
+        plain_http,
         mcp,
     });
     Ok(app)

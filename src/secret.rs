@@ -106,6 +106,21 @@ pub fn random_hex_secret() -> std::io::Result<String> {
 /// A URL as it may appear in logs and reports: without credentials, query string
 /// or fragment, where operators put API keys (`?key=…`) and passwords. Anything
 /// that is not a URL is returned as it is (a file path, say).
+/// `message` (an error's text, say) with whatever of `url` could carry a
+/// secret taken out: its query and its password, wherever they appear (an HTTP
+/// client's error quotes the URL it was sending to, `?token=…` and all).
+pub fn without_url_secrets(message: &str, url: &str) -> String {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return message.to_string();
+    };
+    let mut out = message.to_string();
+    let secrets = [parsed.query(), parsed.password(), parsed.fragment()];
+    for secret in secrets.into_iter().flatten().filter(|s| !s.is_empty()) {
+        out = out.replace(secret, "…");
+    }
+    out
+}
+
 pub fn loggable_url(text: &str) -> String {
     let Ok(mut url) = reqwest::Url::parse(text) else {
         return text.to_string();
@@ -121,5 +136,21 @@ pub fn loggable_url(text: &str) -> String {
     match hidden {
         true => format!("{url}?…"),
         false => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_quoting_a_url_loses_its_token_and_password() {
+        let url = "https://user:hunter2@mcp.example/mcp?token=s3cr3t-value&x=1";
+        let error = format!("error sending request for url ({url}): connection refused");
+        let shown = without_url_secrets(&error, url);
+        assert!(!shown.contains("s3cr3t-value"), "{shown}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("mcp.example/mcp"), "{shown}");
+        assert_eq!(without_url_secrets("plain", "not a url"), "plain");
     }
 }

@@ -95,7 +95,9 @@ async fn reserve(app: &App, caller: &Caller, budget_first: bool) -> Result<Admis
     let share = BudgetShare {
         site: site.clone(),
         day: utc_day(now),
-        reserved: limits.max_tokens_per_turn as i64,
+        // A turn never reserves more than the whole day's budget: with a cap
+        // above it, one turn could spend past the budget on its own.
+        reserved: (limits.max_tokens_per_turn as i64).min(limits.daily_token_budget as i64),
         limit: limits.daily_token_budget as i64,
     };
     if budget_first {

@@ -162,9 +162,17 @@ impl RedisCounters {
             invocation.arg(*cap);
         }
         let mut connection = self.connection.clone();
-        let taken: i64 = self
-            .bounded(invocation.invoke_async(&mut connection))
-            .await?;
+        let taken: i64 = match self.bounded(invocation.invoke_async(&mut connection)).await {
+            Ok(taken) => taken,
+            Err(refusal) => {
+                // No answer in time does not mean the script did not run: it
+                // may run once Redis gets to it, taking a slot nobody holds.
+                // Giving it back now (sent behind the script, on the same
+                // connection) frees it then, not a lease later.
+                tokio::spawn(release(self.connection.clone(), keys, id));
+                return Err(refusal);
+            }
+        };
         if taken != 1 {
             return Ok(None);
         }

@@ -66,17 +66,31 @@ fn public(ip: IpAddr) -> bool {
                 || v4.is_documentation()
                 || v4.octets()[0] == 0
                 // 100.64.0.0/10, carrier-grade NAT: inside some provider's network.
-                || (v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64))
+                || (v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64)
+                // 198.18.0.0/15, benchmarking networks: lab gear, often internal.
+                || (v4.octets()[0] == 198 && (v4.octets()[1] & 0xfe) == 18)
+                // 192.0.0.0/24, IETF protocol assignments (DS-Lite, NAT64 gear).
+                || (v4.octets()[..3] == [192, 0, 0])
+                // 240.0.0.0/4, reserved: never a public host.
+                || v4.octets()[0] >= 240)
         }
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => public(IpAddr::V4(v4)),
             None => {
                 let first = v6.segments()[0];
+                let second = v6.segments()[1];
                 !(v6.is_loopback()
                     || v6.is_unspecified()
-                    // fc00::/7 unique local, fe80::/10 link-local.
+                    // fc00::/7 unique local, fe80::/10 link-local, fec0::/10
+                    // site-local (deprecated, still routed inside some sites).
                     || (first & 0xfe00) == 0xfc00
-                    || (first & 0xffc0) == 0xfe80)
+                    || (first & 0xffc0) == 0xfe80
+                    || (first & 0xffc0) == 0xfec0
+                    // 64:ff9b:1::/48, NAT64 for local use: reaches whatever
+                    // the operator's translator reaches.
+                    || (first == 0x64 && second == 0xff9b && v6.segments()[2] == 1)
+                    // 2001::/32, Teredo: a tunnel to an IPv4 address it hides.
+                    || (first == 0x2001 && second == 0))
             }
         },
     }
@@ -161,6 +175,14 @@ mod tests {
             "0.0.0.0",
             "100.64.0.1",
             "::ffff:127.0.0.1",
+            "198.18.0.1",
+            "198.19.255.254",
+            "192.0.0.8",
+            "240.0.0.1",
+            "255.255.255.254",
+            "64:ff9b:1::a00:1",
+            "fec0::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
         ] {
             let ip: IpAddr = ip.parse().unwrap();
             assert!(!allowed(ip, false), "{ip}");
@@ -178,5 +200,7 @@ mod tests {
             assert!(!allowed(ip, true), "{ip} is never fetched");
         }
         assert!(allowed("93.184.216.34".parse().unwrap(), false));
+        assert!(allowed("198.20.0.1".parse().unwrap(), false));
+        assert!(allowed("2a00:1450:4001:80b::200e".parse().unwrap(), false));
     }
 }

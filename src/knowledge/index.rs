@@ -101,6 +101,9 @@ pub struct SiteIndex {
     /// holds the index's schema and tokenizers.
     fuzzy: QueryParser,
     texts: Texts,
+    /// How often the index was reloaded (each reload reads every passage's
+    /// text again): the ingest follower's work, never a request's.
+    reloads: std::sync::atomic::AtomicUsize,
 }
 
 pub fn folder(data_dir: &Path, site: &str) -> PathBuf {
@@ -132,6 +135,7 @@ impl SiteIndex {
             reader,
             fields,
             texts: Texts::new(limit),
+            reloads: Default::default(),
         };
         site.texts.read(&site.reader.searcher(), fields)?;
         Ok(site)
@@ -140,9 +144,15 @@ impl SiteIndex {
     /// Sees the latest commit now, and reads its passages before a question
     /// needs them.
     pub fn reload(&self) -> anyhow::Result<()> {
+        self.reloads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.reader.reload()?;
         self.texts.read(&self.reader.searcher(), self.fields)?;
         Ok(())
+    }
+
+    pub fn reloads(&self) -> usize {
+        self.reloads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The best `limit` passages by BM25; when no word matches exactly, a second

@@ -87,11 +87,9 @@ impl Knowledge {
 
     /// Makes a site's searches see its latest ingest at once, rather than after
     /// the reader's own reload delay.
-    pub fn reload(&self, site: &str) -> anyhow::Result<()> {
-        match self.index(site) {
-            Some(index) => index.reload(),
-            None => Ok(()),
-        }
+    /// How often a site's index was reloaded since it was opened.
+    pub fn reloads(&self, site: &str) -> usize {
+        self.index(site).map_or(0, |index| index.reloads())
     }
 
     pub fn has(&self, site: &str) -> bool {

@@ -61,9 +61,13 @@ impl Knowledge {
         progress: &source::Progress,
     ) -> anyhow::Result<Report> {
         let (documents, skipped) = source::read_sources(&site.knowledge, progress).await;
+        // Published and indexed under the writer's lock: the follower must not
+        // bring the index up to the new version first, or this ingest would find
+        // nothing left to do and report every document as unchanged.
+        let _one = self.writing.lock().await;
         store.save_knowledge(&site.id, &documents).await?;
         let mut report = self
-            .follow(store, data_dir, &site.id)
+            .follow_locked(store, data_dir, &site.id)
             .await?
             .unwrap_or_else(|| {
                 // Nothing moved: every document is as the index has it.
@@ -84,6 +88,16 @@ impl Knowledge {
         site: &str,
     ) -> anyhow::Result<Option<Report>> {
         let _one = self.writing.lock().await;
+        self.follow_locked(store, data_dir, site).await
+    }
+
+    /// `follow`, for a caller that holds `writing`.
+    async fn follow_locked(
+        &self,
+        store: &Store,
+        data_dir: &Path,
+        site: &str,
+    ) -> anyhow::Result<Option<Report>> {
         let version = store.knowledge_version(site).await?;
         let known = self.known_version(site);
         if version == 0 || Some(version) == known {

@@ -6,12 +6,12 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use anyhow::Context;
+use futures_util::StreamExt;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
-use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
 
 use crate::config::McpConfig;
@@ -94,11 +94,57 @@ fn child(config: &McpConfig, command: &[String]) -> anyhow::Result<TokioChildPro
     if let Some(stderr) = stderr {
         let server = config.name.clone();
         tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            let mut lines = std::pin::pin!(stderr_lines(stderr));
+            while let Some(line) = lines.next().await {
                 tracing::debug!(server = %server, "{line}");
             }
         });
     }
     Ok(transport)
+}
+
+/// The longest stderr line kept whole; a longer one is cut there.
+const MAX_STDERR_LINE: usize = 4096;
+
+/// A child's stderr as lines of at most `MAX_STDERR_LINE` bytes: a server that
+/// prints without end and no newline cannot make Deskbell hold it all. What is
+/// past the limit of a line is dropped, up to its newline.
+fn stderr_lines<R>(reader: R) -> impl futures_util::Stream<Item = String>
+where
+    R: tokio::io::AsyncRead + Unpin,
+{
+    use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+    let codec = LinesCodec::new_with_max_length(MAX_STDERR_LINE);
+    futures_util::stream::unfold(FramedRead::new(reader, codec), |mut lines| async move {
+        let line = match lines.next().await? {
+            Ok(line) => line,
+            Err(LinesCodecError::MaxLineLengthExceeded) => {
+                format!("(a line longer than {MAX_STDERR_LINE} bytes was dropped)")
+            }
+            Err(LinesCodecError::Io(_)) => return None,
+        };
+        Some((line, lines))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+
+    #[tokio::test]
+    async fn a_child_s_endless_stderr_line_is_dropped_and_the_next_one_kept() {
+        let mut text = vec![b'a'; 10 * 1024 * 1024];
+        text.extend_from_slice(b"\nserver ready\n");
+        let lines: Vec<String> = super::stderr_lines(std::io::Cursor::new(text))
+            .collect()
+            .await;
+        assert_eq!(
+            lines.len(),
+            2,
+            "{:?}",
+            lines.iter().map(|l| l.len()).collect::<Vec<_>>()
+        );
+        assert!(lines[0].contains("dropped"));
+        assert_eq!(lines[1], "server ready");
+    }
 }

@@ -54,6 +54,15 @@ const MAX_PAGES: usize = 20;
 const MAX_TOOLS: usize = 500;
 
 impl Server {
+    /// An error's text fit for the log: a streamable-HTTP server's URL may carry
+    /// a token in its query, and the SDK's errors quote the URL.
+    fn shown(&self, text: String) -> String {
+        match &self.config.url {
+            Some(url) => crate::secret::without_url_secrets(&text, url),
+            None => text,
+        }
+    }
+
     /// Starts the server's supervisor. The receiver fires once the first attempt
     /// to connect and list tools has ended, however it ended.
     pub fn spawn(
@@ -148,7 +157,7 @@ impl Server {
         let (connection, listed) = match connected {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => {
-                tracing::warn!(site = %self.site, server = %self.config.name, error = format!("{e:#}"), "MCP server could not be started");
+                tracing::warn!(site = %self.site, server = %self.config.name, error = self.shown(format!("{e:#}")), "MCP server could not be started");
                 return;
             }
             Err(_) => {
@@ -174,7 +183,7 @@ impl Server {
                 _ = broken.notified() => break,
                 _ = changed.notified() => match tokio::time::timeout(CONNECT_TIMEOUT, list(&peer)).await {
                     Ok(Ok(listed)) => self.publish(listed),
-                    Ok(Err(e)) => tracing::warn!(server = %self.config.name, error = format!("{e:#}"), "MCP tool list could not be read"),
+                    Ok(Err(e)) => tracing::warn!(server = %self.config.name, error = self.shown(format!("{e:#}")), "MCP tool list could not be read"),
                     // A listing that hangs means the connection is gone.
                     Err(_) => break,
                 },
@@ -206,7 +215,7 @@ impl Server {
         match tokio::time::timeout(RELIST_TIMEOUT, list(&live.peer)).await {
             Ok(Ok(listed)) => self.publish(listed),
             Ok(Err(e)) => {
-                tracing::warn!(server = %self.config.name, error = format!("{e:#}"), "MCP tool list could not be read")
+                tracing::warn!(server = %self.config.name, error = self.shown(format!("{e:#}")), "MCP tool list could not be read")
             }
             Err(_) => {
                 tracing::warn!(server = %self.config.name, "MCP tool list did not come in time")
@@ -273,7 +282,7 @@ impl Server {
             }
             Ok(answer) => {
                 if let Err(e) = &answer {
-                    tracing::warn!(site = %self.site, server = %self.config.name, tool, error = %e, "MCP call failed");
+                    tracing::warn!(site = %self.site, server = %self.config.name, tool, error = self.shown(e.to_string()), "MCP call failed");
                 }
                 let (judged, broken) = tools::judge(answer);
                 if broken {

@@ -79,6 +79,7 @@ pub async fn login(
     .map_err(|e| ApiError::Internal(e.into()))?;
     let Some(operator) = operator.filter(|_| verified) else {
         tracing::info!("an operator sign-in failed");
+        app.store.purge_login_keys(now, since).await?;
         return Err(ApiError::LoginFailed);
     };
     app.store.forget_login_attempt(&attempt).await?;
@@ -96,7 +97,7 @@ pub async fn login(
         },
         csrf: auth::csrf_token(key, &cookie),
     };
-    with_cookie(Json(body), Some(&cookie), !app.loopback)
+    with_cookie(Json(body), Some(&cookie), !app.plain_http)
 }
 
 pub async fn show(operator: Operator) -> Json<SessionView> {
@@ -116,7 +117,7 @@ pub async fn logout(State(app): State<App>, operator: Operator) -> Result<Respon
             .await?;
         tracing::info!(operator = %operator.email, "an operator signed out");
     }
-    with_cookie(StatusCode::NO_CONTENT, None, !app.loopback)
+    with_cookie(StatusCode::NO_CONTENT, None, !app.plain_http)
 }
 
 fn with_cookie(

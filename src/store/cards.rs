@@ -113,6 +113,22 @@ impl Store {
         Ok(Decided::Won)
     }
 
+    /// A conversation's calls as a reader should see them at `now`: a pending
+    /// call whose time ran out is expired first (its audit row written), but
+    /// only then is the writer taken — a history read of a conversation with
+    /// nothing due writes nothing and waits for no writer.
+    pub async fn calls_as_of(&self, conversation: &str, now: Millis) -> StoreResult<Vec<CallRow>> {
+        let calls = self.calls_in_conversation(conversation).await?;
+        let due = calls
+            .iter()
+            .any(|c| c.status == CallStatus::Pending && c.expires_at.is_some_and(|at| at <= now));
+        if !due {
+            return Ok(calls);
+        }
+        self.expire_due(now, Some(conversation)).await?;
+        self.calls_in_conversation(conversation).await
+    }
+
     /// Marks every pending call whose time ran out as expired, with its expiry time
     /// as the decision time, whether or not anybody answered. Optionally only in one
     /// conversation. Returns the calls it expired.

@@ -92,6 +92,8 @@ pub struct Store {
     site_reads: std::sync::Arc<site_reads::SiteReads>,
     /// The sites' budgets as this replica last read and reserved them.
     known_budgets: std::sync::Arc<known_budget::KnownBudgets>,
+    /// When this process last forgot old sign-in failures and their keys.
+    login_keys_purged_at: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// A transaction on either backend.
@@ -210,6 +212,7 @@ impl Store {
                     file_lock: ownership::FileLock::take(&url)?.map(std::sync::Arc::new),
                     site_reads: Default::default(),
                     known_budgets: Default::default(),
+                    login_keys_purged_at: Default::default(),
                 }
             }
             Backend::Postgres => {
@@ -227,6 +230,7 @@ impl Store {
                     file_lock: None,
                     site_reads: Default::default(),
                     known_budgets: Default::default(),
+                    login_keys_purged_at: Default::default(),
                 }
             }
         };

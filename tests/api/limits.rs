@@ -431,3 +431,37 @@ async fn budget_reservations_batched_by_two_processes_pass_exactly_as_one_by_one
         assert_eq!(saved, 30 * passing as i64, "{day}");
     }
 }
+
+/// A daily budget smaller than a turn's cap: the turn reserves at most the
+/// budget, so it starts no model round past it. (It used to reserve its whole
+/// cap and run round after round far past the day's budget.)
+#[tokio::test]
+async fn a_turn_reserves_no_more_than_the_whole_daily_budget() {
+    let t = TestApp::with(|c| {
+        c.sites[0].limits.daily_token_budget = 100;
+        c.sites[0].limits.max_tokens_per_turn = 1_000;
+    })
+    .await;
+    let token = t.visitor().await;
+    t.llm.push(Script::Stream(vec![
+        Piece::ToolCall {
+            id: "c1".into(),
+            name: "lookup_order".into(),
+            arguments: r#"{"order_id":42}"#.into(),
+        },
+        Piece::Usage {
+            input: 70,
+            output: 40,
+        },
+    ]));
+    t.llm.push(Script::text("Never asked for."));
+    let r = t.question(&token, None, "Where is order 42?").await;
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    assert_eq!(t.llm.requests().len(), 1, "no model round past the budget");
+    let day = deskbell::budget::utc_day(deskbell::clock::Clock::now_ms(&*t.clock));
+    assert_eq!(t.app.store.budget_spent("acme", &day).await.unwrap(), 110);
+    assert_eq!(
+        t.question(&token, None, "And now?").await.code(),
+        "daily_budget_exhausted"
+    );
+}

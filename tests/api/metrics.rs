@@ -345,6 +345,32 @@ async fn readyz_says_ready_and_names_what_is_missing_when_not() {
     assert_eq!(r.status(), 200);
 }
 
+/// `/readyz` takes no credentials, so it only looks whether each site's index
+/// is open. It used to reload every index on every call (reading every
+/// passage's text again): a cheap way to make a replica busy.
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_does_not_reload_the_knowledge_indexes() {
+    let docs = tempfile::tempdir().unwrap();
+    std::fs::write(
+        docs.path().join("returns.md"),
+        "# Returns\n\nSend it back within 30 days.\n",
+    )
+    .unwrap();
+    let path = docs.path().display().to_string();
+    let t = crate::support::TestApp::with(|c| {
+        c.sites[0].knowledge = vec![deskbell::config::KnowledgeSource::Path(path)];
+    })
+    .await;
+    let before = t.app.knowledge.reloads("acme");
+    for _ in 0..20 {
+        let r = reqwest::get(format!("{}/readyz", t.base)).await.unwrap();
+        assert_eq!(r.status(), 200);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["checks"]["knowledge"], "ok");
+    }
+    assert_eq!(t.app.knowledge.reloads("acme"), before);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn json_logs_are_one_object_per_line_without_message_text() {
     let s = setup_with(false, "", "").await;

@@ -80,6 +80,20 @@ async fn a_secure_cookie_is_set_when_the_server_is_not_on_loopback() {
     );
 }
 
+/// Behind a TLS proxy on loopback (`public_url` is https), browsers reach the
+/// console over HTTPS: the cookie is `Secure` although the server is bound to
+/// loopback. (`public_url` used to be checked and then ignored.)
+#[tokio::test]
+async fn a_secure_cookie_is_set_behind_a_tls_proxy_on_loopback() {
+    let t = TestApp::with(|c| c.server.public_url = Some("https://help.acme.example".into())).await;
+    t.add_operator("ada@example.test", OperatorRole::Admin)
+        .await;
+    let r = t.sign_in("ada@example.test", PASSWORD).await;
+    assert_eq!(r.status, 200);
+    let cookie = r.headers["set-cookie"].to_str().unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+}
+
 #[tokio::test]
 async fn a_wrong_password_and_an_unknown_email_get_the_same_answer_in_comparable_time() {
     let t = TestApp::start().await;
@@ -415,4 +429,28 @@ fn operator_add_reads_the_password_from_standard_input_and_token_prints_one_that
             "the printed token is the stored one"
         );
     });
+}
+
+/// Sign-in attempts with made-up emails leave no rows behind once their
+/// failures are past the window: each attempt writes a key row to count under,
+/// and those of keys with no failures left are forgotten (at most once a
+/// minute). They used to stay until somebody signed in successfully.
+#[tokio::test]
+async fn sign_in_attempts_with_made_up_emails_are_forgotten_after_the_window() {
+    let t = TestApp::start().await;
+    for i in 0..50 {
+        let r = t
+            .sign_in(&format!("nobody-{i}@example.test"), "wrong")
+            .await;
+        assert!(matches!(r.status, 401 | 429), "{:?}", r.json);
+    }
+    assert!(t.app.store.login_keys_kept().await.unwrap() >= 50);
+    t.clock.advance_ms(16 * 60_000);
+    let r = t.sign_in("one-more@example.test", "wrong").await;
+    assert_eq!(r.code(), "login_failed");
+    assert_eq!(
+        t.app.store.login_keys_kept().await.unwrap(),
+        2,
+        "only the last attempt's email and address are kept"
+    );
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use deskbell::testkit::{HookReply, Reply as Script};
 
-use crate::crash::harness::{Server, Setup, on_postgres, setup};
+use crate::crash::harness::{Server, on_postgres, setup};
 use crate::fencing::{card, confirm_body};
 use crate::support::TestApp;
 
@@ -15,10 +15,10 @@ use crate::support::TestApp;
 /// SQLite `BEGIN EXCLUSIVE` (no other connection may write), on PostgreSQL
 /// the tables a call's outcome and an answer's end write, locked against
 /// every writer (readers go on).
-async fn hold_write_lock(s: &Setup) -> sqlx::AnyConnection {
+async fn hold_write_lock(database_url: &str) -> sqlx::AnyConnection {
     use sqlx::Connection;
     sqlx::any::install_default_drivers();
-    let mut conn = sqlx::AnyConnection::connect(&s.database_url).await.unwrap();
+    let mut conn = sqlx::AnyConnection::connect(database_url).await.unwrap();
     let statements: &[&str] = match on_postgres() {
         true => &[
             "BEGIN",
@@ -53,7 +53,7 @@ async fn an_outcome_blocked_by_a_held_write_lock_is_recorded_once_the_lock_is_re
     s.llm.push(Script::text("Order 42 is cancelled [1]."));
     let told = server.ask_streamed(&token, confirm_body(&conversation, &card));
     s.wait_for_delivery("/cancel", 1).await;
-    let mut lock = hold_write_lock(&s).await;
+    let mut lock = hold_write_lock(&s.database_url).await;
     tokio::time::sleep(Duration::from_secs(15)).await;
     sqlx::raw_sql("COMMIT").execute(&mut lock).await.unwrap();
 
@@ -111,4 +111,21 @@ async fn a_turn_whose_commits_were_reported_failed_but_went_through_is_answered_
             .unwrap()
             .get("r");
     assert_eq!(reserved, 0);
+}
+
+/// A history read of a conversation with nothing due writes nothing, so it is
+/// answered at once while the database's write lock is held elsewhere. (It used
+/// to take the writer on every read, to expire cards that were due.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_history_read_needs_no_writer_when_nothing_is_due() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    t.llm.push(Script::text("Hello."));
+    let conversation = t.question(&token, None, "Hi").await.conversation();
+    let _lock = hold_write_lock(&t.database_url).await;
+    let read = tokio::time::timeout(Duration::from_secs(3), t.history(&token, &conversation))
+        .await
+        .expect("the history is read while the writer is busy");
+    assert_eq!(read.status, 200, "{:?}", read.json);
+    assert_eq!(read.json["messages"].as_array().unwrap().len(), 2);
 }

@@ -192,3 +192,41 @@ async fn a_stream_slot_whose_replica_stopped_renewing_lapses_with_its_lease() {
         "lapsed after the lease"
     );
 }
+
+/// A slot script that Redis runs after its client stopped waiting (Redis
+/// paused for longer than the answer's timeout) takes a slot nobody holds: it
+/// is given back as soon as Redis runs what was sent, not kept for a lease.
+/// (Its own Redis: a pause would stall every other test's.)
+#[tokio::test]
+async fn a_stream_slot_taken_after_its_client_gave_up_is_given_back() {
+    let redis = RedisChild::start().await;
+    let installation = deskbell::ids::new_id("i");
+    let lease = Duration::from_secs(30);
+    let counters = deskbell::RedisCounters::connect(&redis.url(), &installation, lease).unwrap();
+    let limits = [("s|acme".to_string(), 1)];
+    // A first slot, given back: the connection is up before Redis is paused.
+    let warm = deskbell::Counters::acquire(&counters, &limits)
+        .await
+        .unwrap();
+    drop(warm.expect("a slot"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut admin = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2_500)
+        .arg("WRITE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let refused = deskbell::Counters::acquire(&counters, &limits).await;
+    assert!(refused.is_err(), "no answer in time is a refusal");
+    // The pause ends; Redis runs the script, then what followed it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let other = deskbell::RedisCounters::connect(&redis.url(), &installation, lease).unwrap();
+    let slot = deskbell::Counters::acquire(&other, &limits).await.unwrap();
+    assert!(slot.is_some(), "the slot taken too late was given back");
+}

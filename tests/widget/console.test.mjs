@@ -296,6 +296,11 @@ test('the knowledge page shows each site and what a search would give the model'
   await site.getByRole('button', { name: 'Search' }).click();
   await site.locator('.passages :is(ol, p)').first().waitFor();
   assert.equal(await site.getByRole('button', { name: 'Re-ingest' }).count(), 1, 'an admin may re-ingest');
+  // A re-ingest runs as a job on the server: its progress bar shows while it
+  // runs, and its report replaces the last one when it ends.
+  await site.getByRole('button', { name: 'Re-ingest' }).click();
+  await site.locator('.ingest-status', { hasText: /Ingest finished/ }).waitFor();
+  assert.equal(await site.locator('progress.ingest-progress').isHidden(), true, 'the bar goes once it ends');
   await checkPage(page, 'knowledge');
   assertClean(page);
   await page.context().close();
