@@ -35,8 +35,9 @@ async fn show(
         Some(id) if guard::owns(&app, &caller, &id).await? => id.as_str().to_string(),
         _ => return Err(ApiError::ConversationNotFound),
     };
-    let calls = app.store.calls_as_of(&id, app.clock.now_ms()).await?;
+    app.store.expire_due_in(&id, app.clock.now_ms()).await?;
     let messages = app.store.messages(&id).await?;
+    let calls = app.store.calls_in_conversation(&id).await?;
     Ok(Json(view(id, messages, calls)))
 }
 

@@ -12,6 +12,7 @@ use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
 
 use crate::config::McpConfig;
@@ -108,22 +109,40 @@ const MAX_STDERR_LINE: usize = 4096;
 
 /// A child's stderr as lines of at most `MAX_STDERR_LINE` bytes: a server that
 /// prints without end and no newline cannot make Deskbell hold it all. What is
-/// past the limit of a line is dropped, up to its newline.
+/// past the limit of a line is dropped, up to its newline, and the line says so.
 fn stderr_lines<R>(reader: R) -> impl futures_util::Stream<Item = String>
 where
     R: tokio::io::AsyncRead + Unpin,
 {
-    use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
-    let codec = LinesCodec::new_with_max_length(MAX_STDERR_LINE);
-    futures_util::stream::unfold(FramedRead::new(reader, codec), |mut lines| async move {
-        let line = match lines.next().await? {
-            Ok(line) => line,
-            Err(LinesCodecError::MaxLineLengthExceeded) => {
-                format!("(a line longer than {MAX_STDERR_LINE} bytes was dropped)")
+    let reader = tokio::io::BufReader::new(reader);
+    futures_util::stream::unfold(reader, |mut reader| async move {
+        let mut line = Vec::new();
+        let mut cut = false;
+        loop {
+            let available = reader.fill_buf().await.ok()?;
+            if available.is_empty() {
+                // The end: a last line without its newline is still a line.
+                if line.is_empty() && !cut {
+                    return None;
+                }
+                break;
             }
-            Err(LinesCodecError::Io(_)) => return None,
-        };
-        Some((line, lines))
+            let newline = available.iter().position(|b| *b == b'\n');
+            let chunk = &available[..newline.unwrap_or(available.len())];
+            let room = MAX_STDERR_LINE.saturating_sub(line.len());
+            cut |= chunk.len() > room;
+            line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            let used = newline.map_or(available.len(), |i| i + 1);
+            reader.consume(used);
+            if newline.is_some() {
+                break;
+            }
+        }
+        let mut text = String::from_utf8_lossy(&line).into_owned();
+        if cut {
+            text.push_str(" (cut)");
+        }
+        Some((text, reader))
     })
 }
 

@@ -123,8 +123,9 @@ pub async fn show(
         .conversation_head(id)
         .await?
         .ok_or(ApiError::ConversationNotFound)?;
-    let calls = app.store.calls_as_of(id, app.clock.now_ms()).await?;
+    app.store.expire_due_in(id, app.clock.now_ms()).await?;
     let messages = app.store.messages(id).await?;
+    let calls = app.store.calls_in_conversation(id).await?;
     let usage = app.store.usage_by_message(id).await?;
     let mut call_views = Vec::with_capacity(calls.len());
     for call in &calls {

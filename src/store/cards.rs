@@ -113,20 +113,24 @@ impl Store {
         Ok(Decided::Won)
     }
 
-    /// A conversation's calls as a reader should see them at `now`: a pending
-    /// call whose time ran out is expired first (its audit row written), but
-    /// only then is the writer taken — a history read of a conversation with
-    /// nothing due writes nothing and waits for no writer.
-    pub async fn calls_as_of(&self, conversation: &str, now: Millis) -> StoreResult<Vec<CallRow>> {
-        let calls = self.calls_in_conversation(conversation).await?;
-        let due = calls
-            .iter()
-            .any(|c| c.status == CallStatus::Pending && c.expires_at.is_some_and(|at| at <= now));
-        if !due {
-            return Ok(calls);
+    /// Expires a conversation's cards whose time ran out by `now`, before a
+    /// reader reads it — taking the writer only when one is due, so a history
+    /// read of a conversation with nothing due writes nothing and waits for no
+    /// writer. (The reader then reads messages before calls, as ever: an answer
+    /// it sees finished has its call's outcome in the calls it reads after.)
+    pub async fn expire_due_in(&self, conversation: &str, now: Millis) -> StoreResult<()> {
+        let due = sqlx::query(
+            "SELECT 1 AS due FROM calls WHERE conversation = $1 AND status = $2 AND expires_at <= $3 LIMIT 1",
+        )
+        .bind(conversation)
+        .bind(CallStatus::Pending.as_str())
+        .bind(now)
+        .fetch_optional(self.pool())
+        .await?;
+        if due.is_some() {
+            self.expire_due(now, Some(conversation)).await?;
         }
-        self.expire_due(now, Some(conversation)).await?;
-        self.calls_in_conversation(conversation).await
+        Ok(())
     }
 
     /// Marks every pending call whose time ran out as expired, with its expiry time
