@@ -5,9 +5,11 @@
 //! semantic problem so that `deskbell check` can report them all at once.
 
 pub mod env;
+mod tools;
 mod validate;
 
 pub use env::Env;
+pub use tools::{McpConfig, McpToolConfig, ToolConfig};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -309,70 +311,6 @@ impl Default for Limits {
             max_tokens_per_turn: 20_000,
         }
     }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ToolConfig {
-    pub name: String,
-    pub label: String,
-    #[serde(default)]
-    pub description: String,
-    pub policy: Policy,
-    pub url: String,
-    #[serde(default = "default_tool_timeout")]
-    pub timeout_s: f64,
-    pub secret_env: Option<String>,
-    #[serde(default = "empty_object_schema")]
-    pub input_schema: serde_json::Value,
-    #[serde(skip)]
-    pub secret: Option<Secret>,
-    /// Set for a tool an MCP server offers (never read from the file): where its
-    /// calls go instead of `url`.
-    #[serde(skip)]
-    pub mcp: Option<crate::mcp::Target>,
-}
-
-/// `[[site.mcp]]`: an MCP server started as a child process (`command`) or reached
-/// over streamable HTTP (`url`), whose tools the site offers (SPEC §17).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpConfig {
-    pub name: String,
-    pub command: Option<Vec<String>>,
-    pub url: Option<String>,
-    /// The operator's word on each tool, by the name the server gives it; it wins
-    /// over what the server's annotations suggest.
-    #[serde(default)]
-    pub tools: std::collections::BTreeMap<String, McpToolConfig>,
-    /// Seconds one call may take (an extension of §12).
-    #[serde(default = "default_mcp_timeout")]
-    pub timeout_s: f64,
-    /// Variables of Deskbell's environment the child process may see besides
-    /// PATH, HOME and the locale (an extension of §12): the child gets no other,
-    /// so Deskbell's own secrets never reach a third party's server.
-    #[serde(default)]
-    pub pass_env: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpToolConfig {
-    pub policy: Option<Policy>,
-    pub label: Option<String>,
-    pub description: Option<String>,
-}
-
-fn default_tool_timeout() -> f64 {
-    10.0
-}
-
-fn default_mcp_timeout() -> f64 {
-    30.0
-}
-
-fn empty_object_schema() -> serde_json::Value {
-    serde_json::json!({"type": "object", "properties": {}})
 }
 
 fn default_ttl() -> Duration {

@@ -6,8 +6,10 @@
 mod chunk;
 mod document;
 mod fetch_guard;
+mod fields;
 mod html;
 mod index;
+mod progress;
 pub mod shared;
 mod source;
 mod texts;
@@ -15,7 +17,8 @@ mod web;
 
 pub use document::Document;
 pub use index::{Passage, Report};
-pub use source::{Progress, Skipped};
+pub use progress::Progress;
+pub use source::Skipped;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -58,7 +58,7 @@ impl Knowledge {
         store: &Store,
         data_dir: &Path,
         site: &SiteConfig,
-        progress: &source::Progress,
+        progress: &super::Progress,
     ) -> anyhow::Result<Report> {
         let (documents, skipped) = source::read_sources(&site.knowledge, progress).await;
         // Published and indexed under the writer's lock: the follower must not

@@ -11,7 +11,7 @@ use tantivy::index::SegmentId;
 use tantivy::schema::Value;
 use tantivy::{DocAddress, Opstamp, Searcher, TantivyDocument};
 
-use super::index::{Fields, Passage};
+use super::fields::{Fields, Passage};
 
 /// Passage text kept in memory at the most, per site.
 pub(super) const LIMIT: usize = 64 << 20;

@@ -35,7 +35,7 @@ pub async fn read(
     allow_private: bool,
     documents: &mut Vec<Document>,
     skipped: &mut Vec<Skipped>,
-    progress: &super::source::Progress,
+    progress: &super::progress::Progress,
 ) {
     let Ok(url) = Url::parse(source) else {
         return skipped.push(Skipped {

@@ -9,13 +9,14 @@
 //! and its stderr is logged at debug level only.
 
 mod client;
+mod listed;
 mod server;
 pub mod tools;
 
 use std::sync::Arc;
 
+pub use listed::Listed;
 pub use server::Server;
-pub use tools::Listed;
 
 use crate::config::SiteConfig;
 

@@ -14,7 +14,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{self, Listener};
-use super::tools::{self, Listed};
+use super::listed::{self, Listed};
 use crate::config::McpConfig;
 use crate::states::Reason;
 use crate::tools::http::Outcome;
@@ -284,7 +284,7 @@ impl Server {
                 if let Err(e) = &answer {
                     tracing::warn!(site = %self.site, server = %self.config.name, tool, error = self.shown(e.to_string()), "MCP call failed");
                 }
-                let (judged, broken) = tools::judge(answer);
+                let (judged, broken) = listed::judge(answer);
                 if broken {
                     live.broken.notify_one();
                 }

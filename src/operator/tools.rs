@@ -43,6 +43,7 @@ pub async fn list(
         let view = site.tools.view(&app.store).await;
         items.extend(
             view.base
+                .tools
                 .iter()
                 .filter_map(|t| tool_view(&site, &view, &t.name)),
         );
@@ -53,7 +54,7 @@ pub async fn list(
 /// A tool as it stands now, with what the file (for an MCP tool: the file and
 /// its server) says and who changed it.
 fn tool_view(site: &Site, view: &View, name: &str) -> Option<ToolView> {
-    let file = view.base.iter().find(|t| t.name == name)?;
+    let file = view.base.tools.iter().find(|t| t.name == name)?;
     let tool = view.toolbox.get(name)?;
     let change = view.overrides.get(name);
     Some(ToolView {
@@ -93,6 +94,7 @@ pub async fn change(
     let before = site.tools.view(&app.store).await;
     let file = before
         .base
+        .tools
         .iter()
         .find(|t| t.name == name)
         .ok_or(ApiError::Missing("tool"))?;

@@ -1,7 +1,7 @@
 //! The operator console's reads (SPEC §15): conversations and audit rows newest
 //! first by keyset (a page costs the same at the end of the table as at its
-//! start), and per-day usage. Filters add constant SQL fragments; every value
-//! from a request is bound.
+//! start). Filters add constant SQL fragments; every value from a request is
+//! bound. Usage per day is `usage.rs`.
 
 use std::collections::HashMap;
 
@@ -325,28 +325,6 @@ impl Store {
             .transpose()?)
     }
 
-    /// The tokens each answer of a conversation cost, by message id.
-    pub async fn usage_by_message(
-        &self,
-        conversation: &str,
-    ) -> StoreResult<HashMap<String, (i64, i64)>> {
-        let rows = sqlx::query(
-            "SELECT id, input_tokens, output_tokens FROM messages WHERE conversation = $1 AND role = 'assistant'",
-        )
-        .bind(conversation)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("id")?,
-                    (r.try_get("input_tokens")?, r.try_get("output_tokens")?),
-                ))
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
-    }
-
     /// One page of audit rows, newest first.
     pub async fn audit_filtered(
         &self,
@@ -393,82 +371,6 @@ impl Store {
             .collect::<Result<_, sqlx::Error>>()
             .map_err(Into::into)
     }
-
-    /// Per UTC day number (days since the epoch) from `since`: visitor
-    /// questions, and the tokens answers cost.
-    pub async fn usage_turns(
-        &self,
-        site: &str,
-        since: Millis,
-    ) -> StoreResult<HashMap<i64, (i64, i64, i64)>> {
-        let rows = sqlx::query(
-            "SELECT m.created_at / 86400000 AS d, \
-             CAST(SUM(CASE WHEN m.role = $3 THEN 1 ELSE 0 END) AS BIGINT) AS turns, \
-             CAST(SUM(m.input_tokens) AS BIGINT) AS input, CAST(SUM(m.output_tokens) AS BIGINT) AS output \
-             FROM conversations c JOIN messages m ON m.conversation = c.id \
-             WHERE c.site = $1 AND m.created_at >= $2 GROUP BY m.created_at / 86400000",
-        )
-        .bind(site)
-        .bind(since)
-        .bind(Role::Visitor.as_str())
-        .fetch_all(self.pool())
-        .await?;
-        let mut days = HashMap::new();
-        for r in &rows {
-            let day: i64 = r.try_get("d")?;
-            days.insert(day, (sum(r, "turns")?, sum(r, "input")?, sum(r, "output")?));
-        }
-        Ok(days)
-    }
-
-    /// Per UTC day number from `since`: audit rows counted by event and policy.
-    pub async fn usage_events(
-        &self,
-        site: &str,
-        since: Millis,
-    ) -> StoreResult<Vec<(i64, String, String, i64)>> {
-        let rows = sqlx::query(
-            "SELECT at / 86400000 AS d, event, policy, COUNT(*) AS n FROM audit \
-             WHERE site = $1 AND at >= $2 GROUP BY at / 86400000, event, policy",
-        )
-        .bind(site)
-        .bind(since)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("d")?,
-                    r.try_get("event")?,
-                    r.try_get("policy")?,
-                    r.try_get("n")?,
-                ))
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
-    }
-
-    /// What the budget was charged on each day (`YYYY-MM-DD`) from `since_day`.
-    pub async fn budget_spent_since(
-        &self,
-        site: &str,
-        since_day: &str,
-    ) -> StoreResult<HashMap<String, i64>> {
-        let rows = sqlx::query("SELECT day, spent FROM budgets WHERE site = $1 AND day >= $2")
-            .bind(site)
-            .bind(since_day)
-            .fetch_all(self.pool())
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("day")?, r.try_get("spent")?)))
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
-    }
-}
-
-/// A sum, which is NULL over no rows.
-fn sum(row: &AnyRow, column: &str) -> Result<i64, sqlx::Error> {
-    Ok(row.try_get::<Option<i64>, _>(column)?.unwrap_or(0))
 }
 
 #[derive(Debug, Default)]

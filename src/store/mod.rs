@@ -25,6 +25,7 @@ mod ownership;
 mod site_reads;
 pub mod stored;
 mod turns;
+mod usage;
 mod visitors;
 
 pub use crate::budget::{BudgetShare, Reservation};

@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 
 use super::Toolbox;
 use crate::config::ToolConfig;
-use crate::mcp::Server;
+use crate::mcp::{Server, Target};
 use crate::store::{Store, ToolOverride};
 
 pub struct Catalog {
@@ -25,7 +25,7 @@ struct Current {
     /// The sum of the servers' list generations (each only grows).
     listing: u64,
     /// The tools before the console's changes: the file's, then the servers'.
-    base: Arc<Vec<ToolConfig>>,
+    base: Arc<Base>,
     toolbox: Arc<Toolbox>,
     overrides: Arc<HashMap<String, ToolOverride>>,
 }
@@ -34,7 +34,14 @@ struct Current {
 pub struct View {
     pub toolbox: Arc<Toolbox>,
     pub overrides: Arc<HashMap<String, ToolOverride>>,
-    pub base: Arc<Vec<ToolConfig>>,
+    pub base: Arc<Base>,
+}
+
+/// The tools before the console's changes, as configuration (data), and where
+/// each MCP tool's calls go (the live servers), by tool name.
+pub struct Base {
+    pub tools: Vec<ToolConfig>,
+    pub targets: HashMap<String, Target>,
 }
 
 impl Catalog {
@@ -45,7 +52,7 @@ impl Catalog {
     ) -> anyhow::Result<Catalog> {
         let listing = listing(&servers);
         let base = Arc::new(base(&file, &servers));
-        let toolbox = Arc::new(Toolbox::new(&base)?);
+        let toolbox = Arc::new(Toolbox::new(&base.tools, &base.targets)?);
         Ok(Catalog {
             site: site.to_string(),
             file,
@@ -127,7 +134,10 @@ impl Catalog {
         let overrides: HashMap<String, ToolOverride> =
             overrides.into_iter().map(|o| (o.tool.clone(), o)).collect();
         let base = Arc::new(base(&self.file, &self.servers));
-        let toolbox = Arc::new(Toolbox::new(&apply(&base, &overrides))?);
+        let toolbox = Arc::new(Toolbox::new(
+            &apply(&base.tools, &overrides),
+            &base.targets,
+        )?);
         let mut current = self.current.write().map_err(|_| poisoned())?;
         // A slower refresh must not replace a newer one.
         if version >= current.version && listing >= current.listing {
@@ -148,11 +158,15 @@ fn listing(servers: &[Arc<Server>]) -> u64 {
 }
 
 /// The file's tools, then those the site's MCP servers list now.
-fn base(file: &[ToolConfig], servers: &[Arc<Server>]) -> Vec<ToolConfig> {
+fn base(file: &[ToolConfig], servers: &[Arc<Server>]) -> Base {
     let taken: HashSet<String> = file.iter().map(|t| t.name.clone()).collect();
-    let mut all = file.to_vec();
-    all.extend(crate::mcp::tools::site_tools(&taken, servers));
-    all
+    let mut tools = file.to_vec();
+    let mut targets = HashMap::new();
+    for (config, target) in crate::mcp::tools::site_tools(&taken, servers) {
+        targets.insert(config.name.clone(), target);
+        tools.push(config);
+    }
+    Base { tools, targets }
 }
 
 fn poisoned() -> anyhow::Error {

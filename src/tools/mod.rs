@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{Policy, ToolConfig};
 use crate::llm::ToolSpec;
+use crate::mcp::Target;
 use crate::secret::Secret;
 
 pub struct Tool {
@@ -28,7 +29,7 @@ pub struct Tool {
     pub secret: Option<Secret>,
     pub schema: serde_json::Value,
     /// For a tool an MCP server offers: its calls go there, not to `url`.
-    pub mcp: Option<crate::mcp::Target>,
+    pub mcp: Option<Target>,
     validator: jsonschema::Validator,
     /// SHA-256 of the canonical configuration (what visitors and the model are
     /// shown, policy, executor, schema): a pending card whose tool changed since it
@@ -37,11 +38,13 @@ pub struct Tool {
 }
 
 impl Tool {
-    pub fn from_config(config: &ToolConfig) -> anyhow::Result<Tool> {
+    /// The tool of `config`; `mcp` says where its calls go when an MCP server
+    /// offers it.
+    pub fn from_config(config: &ToolConfig, mcp: Option<&Target>) -> anyhow::Result<Tool> {
         let validator = schema::compile(&config.input_schema).map_err(anyhow::Error::msg)?;
         // An MCP tool's schema is the server's: a server that changes it while a
         // card is pending makes that card stale (SPEC §17).
-        let executor = match &config.mcp {
+        let executor = match mcp {
             Some(target) => {
                 let server = target.server.config();
                 json!({"mcp": server.name, "command": server.command, "url": server.url, "tool": target.tool, "timeout_s": config.timeout_s})
@@ -67,7 +70,7 @@ impl Tool {
             timeout: Duration::from_secs_f64(config.timeout_s),
             secret: config.secret.clone(),
             schema: config.input_schema.clone(),
-            mcp: config.mcp.clone(),
+            mcp: mcp.cloned(),
             validator,
             digest: hex::encode(Sha256::digest(canonical.as_bytes())),
         })
@@ -100,13 +103,18 @@ pub struct Toolbox {
 }
 
 impl Toolbox {
-    pub fn new(configs: &[ToolConfig]) -> anyhow::Result<Toolbox> {
+    /// The tools of `configs`; an MCP server's tool has its `Target` in
+    /// `targets`, by name.
+    pub fn new(
+        configs: &[ToolConfig],
+        targets: &HashMap<String, Target>,
+    ) -> anyhow::Result<Toolbox> {
         let mut toolbox = Toolbox::default();
         for config in configs {
             toolbox
                 .by_name
                 .insert(config.name.clone(), toolbox.tools.len());
-            let tool = Tool::from_config(config)?;
+            let tool = Tool::from_config(config, targets.get(&config.name))?;
             toolbox.specs.push(tool.spec());
             toolbox.tools.push(Arc::new(tool));
         }

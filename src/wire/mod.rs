@@ -264,6 +264,37 @@ pub struct StepView {
 
 // ---- errors ---------------------------------------------------------------------
 
+/// The §5 error codes, as `error.code` may carry them.
+#[derive(utoipa::ToSchema)]
+#[schema(as = ErrorCode)]
+#[allow(dead_code)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ErrorCodeDoc {
+    InvalidRequest,
+    InvalidVisitorToken,
+    OriginNotAllowed,
+    IdentityInvalid,
+    SiteNotFound,
+    SignatureInvalid,
+    ConversationNotFound,
+    CallNotFound,
+    CallNotPending,
+    ConfirmationExpired,
+    MessageTooLong,
+    RateLimited,
+    TooManyStreams,
+    DailyBudgetExhausted,
+    ProviderUnavailable,
+    ServiceUnavailable,
+    NotFound,
+    MethodNotAllowed,
+    OperatorUnauthenticated,
+    LoginFailed,
+    Forbidden,
+    CsrfInvalid,
+    InternalError,
+}
+
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
@@ -271,7 +302,7 @@ pub struct ErrorBody {
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
-    #[schema(value_type = crate::ops::openapi::ErrorCodeDoc)]
+    #[schema(value_type = ErrorCodeDoc)]
     pub code: &'static str,
     pub message: String,
 }

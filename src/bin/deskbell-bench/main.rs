@@ -7,6 +7,7 @@
 //! `ulimit -n 65536; target/release/deskbell-bench` (see BENCHMARKS.md).
 
 mod client;
+mod confirm;
 mod console;
 mod figures;
 mod knowledge;

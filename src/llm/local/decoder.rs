@@ -15,7 +15,7 @@
 //! - one model serves both architectures: they differ only in metadata prefix,
 //!   the q/k/v biases (qwen2 has them) and the rotary embedding's layout (qwen2
 //!   rotates the two halves of a head, llama interleaved pairs, as llama.cpp);
-//! - `ModelWeights` is `Clone`: a clone shares every weight and the cached keys so
+//! - `ModelWeights` is `Clone` (the cache is `cache.rs`): a clone shares every weight and the cached keys so
 //!   far, which is what makes the prompt-prefix cache cheap.
 
 use std::sync::Arc;
@@ -25,57 +25,8 @@ use candle_core::{Device, Result, Tensor, bail};
 use candle_transformers::utils::build_causal_mask;
 use deskbell_kernels::attention::{Heads, attend, rope};
 
+use super::cache::Cache;
 use super::linear::{BATCH_FROM_TOKENS, Linear};
-
-/// Positions of room a cache copied from a shared one gets, so that the answer's
-/// tokens are appended without moving it again.
-const ROOM: usize = 256;
-
-/// A layer's cached keys and values (`positions × kv_heads × dim` each). Clones
-/// share them until one appends: then that one copies first, so a kept prompt
-/// prefix is never changed by the turns that start from it.
-#[derive(Debug, Clone, Default)]
-struct Cache {
-    keys: Arc<Vec<f32>>,
-    values: Arc<Vec<f32>>,
-}
-
-impl Cache {
-    /// Keeps the first `position` positions and appends `keys` and `values`.
-    fn append(
-        &mut self,
-        position: usize,
-        width: usize,
-        keys: &[f32],
-        values: &[f32],
-    ) -> Result<()> {
-        let kept = position * width;
-        if self.keys.len() < kept || self.values.len() < kept {
-            bail!("the cache holds fewer positions than the step starts at");
-        }
-        for (cache, new) in [(&mut self.keys, keys), (&mut self.values, values)] {
-            if let Some(own) = Arc::get_mut(cache) {
-                own.truncate(kept);
-                own.extend_from_slice(new);
-                continue;
-            }
-            // Shared with a clone: copy what is kept, with room for an answer.
-            let mut copy = Vec::with_capacity(kept + new.len() + ROOM * width);
-            copy.extend_from_slice(&cache[..kept]);
-            copy.extend_from_slice(new);
-            *cache = Arc::new(copy);
-        }
-        Ok(())
-    }
-
-    fn shrink(&mut self) {
-        for cache in [&mut self.keys, &mut self.values] {
-            if let Some(own) = Arc::get_mut(cache) {
-                own.shrink_to_fit();
-            }
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 struct Layer {

@@ -13,6 +13,7 @@
 //! them is scalar); long prompts expand one matrix at a time for candle's f32 GEMM
 //! (`linear.rs`).
 
+mod cache;
 mod chat;
 mod decoder;
 mod engine;
