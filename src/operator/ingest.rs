@@ -105,18 +105,27 @@ async fn run(app: &App, site: &Site, job: &str) -> Option<ReportView> {
     let ingest =
         app.knowledge
             .ingest_with(&app.store, &app.config.server.data_dir, config, &progress);
-    tokio::pin!(ingest);
-    let mut tick = tokio::time::interval(PROGRESS_EVERY);
-    let result = loop {
-        tokio::select! {
-            result = &mut ingest => break result,
-            _ = tick.tick() => {
-                let (read, found) = progress.counts();
-                if let Err(e) = app.store.ingest_progress(job, read, found, app.clock.now_ms()).await {
-                    tracing::warn!(error = format!("{e:#}"), job, "an ingest's progress could not be saved");
-                }
+    // The progress is written beside the ingest, never instead of it: both
+    // are polled together, so a progress write waiting for the writer that
+    // the ingest's transaction holds cannot stall that transaction.
+    let written = async {
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        loop {
+            tick.tick().await;
+            let (read, found) = progress.counts();
+            let now = app.clock.now_ms();
+            if let Err(e) = app.store.ingest_progress(job, read, found, now).await {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    job,
+                    "an ingest's progress could not be saved"
+                );
             }
         }
+    };
+    let result = tokio::select! {
+        result = ingest => result,
+        never = written => never,
     };
     let now = app.clock.now_ms();
     let counts = progress.counts();

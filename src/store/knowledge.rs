@@ -23,6 +23,17 @@ impl Store {
     /// and moves its version when anything did. Returns the version now.
     pub async fn save_knowledge(&self, site: &str, documents: &[Document]) -> StoreResult<i64> {
         let mut tx = self.writer().begin().await?;
+        // A write first, so the transaction holds the write lock before it
+        // reads: on SQLite a transaction that reads first and writes after
+        // another process (a second replica, a `deskbell ingest`) committed
+        // fails with "database is locked" (SQLITE_BUSY_SNAPSHOT) instead of
+        // waiting. (A version row of 0 reads as "no knowledge yet", as none.)
+        sqlx::query(
+            "INSERT INTO knowledge_versions (site, version) VALUES ($1, 0) ON CONFLICT (site) DO NOTHING",
+        )
+        .bind(site)
+        .execute(&mut *tx)
+        .await?;
         let rows = sqlx::query("SELECT path, hash FROM knowledge_documents WHERE site = $1")
             .bind(site)
             .fetch_all(&mut *tx)

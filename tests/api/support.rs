@@ -209,6 +209,11 @@ impl TestApp {
     ) -> TestApp {
         let mut config = Config::from_toml(&config_text(&llm, &hook), "test.toml", &env()).unwrap();
         config.server.database_url = Some(database_url.clone());
+        // The app's own files (its knowledge indexes) in its own folder: tests
+        // running at once must not share one index.
+        if let Some(dir) = &dir {
+            config.server.data_dir = dir.path().join("data");
+        }
         edit(&mut config);
         let overrides = Overrides {
             clock: Some(clock.clone()),
