@@ -24,8 +24,13 @@ pub fn reached(name: &str) {
     if pause.as_deref() == Some(name) && !PAUSED.swap(true, Ordering::AcqRel) {
         eprintln!("deskbell: pause point {name} reached; stopping as asked");
         // The whole process stops, every thread of it, as under a VM pause.
-        let _ = std::process::Command::new("kill")
-            .args(["-STOP", &std::process::id().to_string()])
-            .status();
+        // Raised here rather than sent by a `kill` child: a child that exits
+        // while its parent is stopped can leave the process group orphaned,
+        // and the kernel then continues every stopped member at once.
+        // SAFETY: `raise` only sends a signal to this process.
+        #[cfg(unix)]
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
     }
 }

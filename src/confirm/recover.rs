@@ -57,15 +57,21 @@ pub async fn claim(app: &App, at_start: bool) -> anyhow::Result<Vec<Interrupted>
             }
         })
         .collect();
+    // Failed in tasks of their own (tracked, so shutdown waits for them): the
+    // write is retried while the database is busy, and the lease's renewal,
+    // which called this, must not wait for it.
     for answer in answers.into_values() {
-        match fail_answer(app, &answer, &fence).await {
-            Ok(()) => {
-                tracing::warn!(message = %answer.id, "an answer interrupted by a stop was marked failed")
+        let (app, fence) = (Arc::clone(app), fence.clone());
+        app.clone().turns.spawn(async move {
+            match fail_answer(&app, &answer, &fence).await {
+                Ok(()) => {
+                    tracing::warn!(message = %answer.id, "an answer interrupted by a stop was marked failed")
+                }
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), message = %answer.id, "an interrupted answer could not be marked failed")
+                }
             }
-            Err(e) => {
-                tracing::error!(error = format!("{e:#}"), message = %answer.id, "an interrupted answer could not be marked failed")
-            }
-        }
+        });
     }
     Ok(calls)
 }

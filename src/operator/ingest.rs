@@ -29,7 +29,9 @@ use crate::wire::{IngestJobView, ReportView};
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 
 /// A job still `running` that has not written for this long lost its process.
-const LOST_AFTER_MS: Millis = 60_000;
+/// Generous: on SQLite a progress write waits behind the ingest's own publish,
+/// which for a large site takes a while.
+const LOST_AFTER_MS: Millis = 300_000;
 
 pub async fn start(
     State(app): State<App>,
@@ -155,16 +157,27 @@ async fn run(app: &App, site: &Site, job: &str) -> Option<ReportView> {
         }
     };
     let text = report.as_ref().map(|(_, text)| text.as_str());
-    if let Err(e) = app
-        .store
-        .end_ingest_job(job, state, counts, text, error, now)
-        .await
-    {
-        tracing::error!(
-            error = format!("{e:#}"),
-            job,
-            "an ingest's end could not be saved"
-        );
+    // Tried a few times: a job left `running` would read as lost later.
+    let mut pause = Duration::from_millis(200);
+    for attempt in 1..=5 {
+        let ended = app
+            .store
+            .end_ingest_job(job, state, counts, text, error, now)
+            .await;
+        match ended {
+            Ok(()) => break,
+            Err(e) if attempt == 5 => {
+                tracing::error!(
+                    error = format!("{e:#}"),
+                    job,
+                    "an ingest's end could not be saved"
+                )
+            }
+            Err(_) => {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+        }
     }
     report.map(|(view, _)| view)
 }

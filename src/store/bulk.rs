@@ -91,7 +91,20 @@ pub(super) async fn write(
             reservations[i] = r;
         }
     }
-    let ended = finish_answers(tx, &ends).await?;
+    let mut ended = finish_answers(tx, &ends).await?;
+    // An end not saved now may have been saved by an earlier batch whose
+    // commit was reported failed: it counts as saved if the answer carries its
+    // fence and its status (an answer taken over carries the claimer's fence).
+    let unsaved: Vec<&TurnEnd> = ends
+        .iter()
+        .copied()
+        .filter(|e| !ended.contains(&e.message))
+        .collect();
+    for e in unsaved {
+        if super::turns::ended(tx, e).await? {
+            ended.insert(e.message.clone());
+        }
+    }
     let started: Vec<&TurnStart> = starts
         .iter()
         .zip(&reservations)

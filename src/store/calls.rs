@@ -108,10 +108,15 @@ pub(super) fn call(row: &AnyRow) -> Result<CallRow, sqlx::Error> {
 
 impl Store {
     /// Stores a call together with its first audit rows (such as `requested`).
+    /// A call that runs at once (it has an owner) is stored only while its
+    /// answer still streams under the same fence: a process paused before this
+    /// insert must not leave a running call that another process would claim
+    /// and deliver for an answer already taken over (`TakenOver`).
     pub async fn insert_call(&self, c: &CallRow, audit_rows: &[AuditRow]) -> StoreResult<()> {
         let mut tx = self.writer().begin().await?;
-        sqlx::query(sql(format!(
-            "INSERT INTO calls ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)"
+        let inserted = sqlx::query(sql(format!(
+            "INSERT INTO calls ({COLUMNS}) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26 \
+             WHERE $24 IS NULL OR EXISTS (SELECT 1 FROM messages WHERE id = $4 AND owner = $24 AND status = $27)"
         )))
         .bind(&c.id)
         .bind(&c.model_call_id)
@@ -139,8 +144,11 @@ impl Store {
         .bind(&c.owner)
         .bind(c.deliveries)
         .bind(&c.result)
+        .bind(crate::states::MessageStatus::Streaming.as_str())
         .execute(&mut *tx)
-        .await?;
+        .await?
+        .rows_affected();
+        owned(inserted)?;
         for row in audit_rows {
             audit::insert(&mut *tx, row).await?;
         }

@@ -9,7 +9,6 @@
 //! SQLite file (the second is not alone, so it takes over only lapsed leases) or
 //! on one PostgreSQL database, with `lease_s = 3`.
 
-use std::process::Command;
 use std::time::Duration;
 
 use deskbell::testkit::{HookReply, Piece, Reply as Script};
@@ -18,13 +17,15 @@ use serde_json::{Value, json};
 use crate::crash::harness::{Server, on_postgres, setup};
 use crate::support::Reply;
 
-/// Sends a POSIX signal (`-STOP`, `-CONT`) to a server process.
-fn signal(server: &Server, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {sig}");
+/// Sends a signal (`libc::SIGSTOP`, `libc::SIGCONT`) to a server process —
+/// directly, not through a `kill` child: a child exiting while a member of
+/// its process group is stopped can orphan the group, and the kernel then
+/// continues the stopped process at once.
+fn signal(server: &Server, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(server.child.id()).unwrap();
+    // SAFETY: `kill` only sends a signal to the server's process.
+    let sent = unsafe { libc::kill(pid, sig) };
+    assert_eq!(sent, 0, "signal {sig}");
 }
 
 /// Whether the process is stopped (state `T` in /proc).
@@ -92,12 +93,12 @@ async fn a_process_paused_while_its_tool_runs_is_fenced_off_when_it_resumes() {
     s.llm.push(Script::text("Order 42 is cancelled [1]."));
     let told = a.ask_streamed(&token, confirm_body(&conversation, &card));
     s.wait_for_delivery("/cancel", 1).await;
-    signal(&a, "-STOP");
+    signal(&a, libc::SIGSTOP);
 
     let b = Server::start(&s.config, None).await;
     s.wait_for_delivery("/cancel", 2).await;
     let history = b.settled_history(&token, &conversation, 3).await;
-    signal(&a, "-CONT");
+    signal(&a, libc::SIGCONT);
     let told = told.await.unwrap();
 
     assert_told_taken_over(&told);
@@ -148,7 +149,7 @@ async fn a_process_paused_before_its_delivery_never_delivers_after_it_resumes() 
     let b = Server::start(&s.config, None).await;
     s.wait_for_delivery("/cancel", 1).await;
     let history = b.settled_history(&token, &conversation, 3).await;
-    signal(&a, "-CONT");
+    signal(&a, libc::SIGCONT);
     let told = told.await.unwrap();
 
     assert_told_taken_over(&told);
@@ -184,12 +185,12 @@ async fn a_process_paused_mid_answer_ends_its_stream_as_history_shows_it() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    signal(&a, "-STOP");
+    signal(&a, libc::SIGSTOP);
 
     let b = Server::start(&s.config, None).await;
     let db = s.db().await;
     let conversation = wait_for_failed_answer(&db).await;
-    signal(&a, "-CONT");
+    signal(&a, libc::SIGCONT);
     let told = told.await.unwrap();
 
     assert_told_taken_over(&told);

@@ -56,6 +56,25 @@ impl std::fmt::Display for Fence {
     }
 }
 
+/// Whether a failed write may succeed if tried again: the database out of
+/// reach, or busy or locked by another writer (SQLite's busy and locked codes,
+/// PostgreSQL's serialization failure, deadlock and lock timeout). A
+/// constraint, a type or a syntax error will not change by waiting.
+fn transient(e: &StoreError) -> bool {
+    match e {
+        StoreError::Unavailable(_) => true,
+        StoreError::Database(e) => {
+            e.as_database_error()
+                .and_then(|d| d.code())
+                .is_some_and(|code| {
+                    ["5", "6", "261", "262", "517", "40001", "40P01", "55P03"]
+                        .contains(&code.as_ref())
+                })
+        }
+        _ => false,
+    }
+}
+
 /// A fenced write's row count: none changed means the work is no longer this
 /// fence's (another process claimed it).
 pub(crate) fn owned(rows_affected: u64) -> StoreResult<()> {
@@ -193,10 +212,11 @@ impl Store {
     /// reserved, until this process died and another delivered the call again —
     /// maybe days later. So a write the database could not take (out of reach,
     /// busy, a pool that timed out) is tried again with back-off, from 100 ms up
-    /// to 5 s, for as long as the work is this process's: it ends with
-    /// `TakenOver` once the fence is replaced. What cannot come right by
-    /// waiting (a corrupt row, a conflict) is returned at once. Each write must
-    /// be idempotent: a commit reported failed may have gone through.
+    /// to 5 s, for as long as the work is this process's: once the fence is
+    /// replaced, one more try decides (done, or `TakenOver`). What cannot come
+    /// right by waiting (a corrupt row, a conflict, a constraint) is returned
+    /// at once. Each write must be idempotent: a commit reported failed may
+    /// have gone through.
     pub async fn until_written<T, F, Fut>(
         &self,
         fence: &Fence,
@@ -210,11 +230,17 @@ impl Store {
         let mut pause = Duration::from_millis(100);
         loop {
             let e = match write().await {
-                Err(e @ (StoreError::Unavailable(_) | StoreError::Database(_))) => e,
+                Err(e) if transient(&e) => e,
                 done => return done,
             };
             if self.lease.fence() != *fence {
-                return Err(StoreError::TakenOver);
+                // One more try decides: a write that landed before (its commit
+                // reported failed) is found done by its idempotent re-run; one
+                // that did not finds the work no longer this fence's.
+                return match write().await {
+                    Err(e) if transient(&e) => Err(StoreError::TakenOver),
+                    done => done,
+                };
             }
             tracing::warn!(
                 error = format!("{e:#}"),
