@@ -119,15 +119,25 @@ pub(super) async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<bool, sqlx::E
 /// Whether `e` was already saved: the answer carries its fence and its final
 /// status (an answer taken over carries the claimer's fence).
 pub(super) async fn ended(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<bool, sqlx::Error> {
+    ended_as(tx, &e.message, e.status, &e.owner).await
+}
+
+/// Whether answer `message` ended with `status` under `fence`.
+pub(super) async fn ended_as(
+    tx: &mut Tx<'_>,
+    message: &str,
+    status: MessageStatus,
+    fence: &Fence,
+) -> Result<bool, sqlx::Error> {
     use sqlx::Row;
     let row = sqlx::query("SELECT status, owner FROM messages WHERE id = $1")
-        .bind(&e.message)
+        .bind(message)
         .fetch_optional(&mut **tx)
         .await?;
     let Some(row) = row else {
         return Ok(false);
     };
-    let status: String = row.try_get("status")?;
+    let now: String = row.try_get("status")?;
     let owner: Option<String> = row.try_get("owner")?;
-    Ok(status == e.status.as_str() && owner.as_deref() == Some(e.owner.as_str()))
+    Ok(now == status.as_str() && owner.as_deref() == Some(fence.as_str()))
 }

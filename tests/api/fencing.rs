@@ -55,6 +55,25 @@ pub(crate) async fn card(
     (raised.conversation(), raised.event("confirm").clone())
 }
 
+/// A new visitor's card for cancelling order 42 on `server`, whose tool takes
+/// a second to answer the first delivery, with the continuation scripted:
+/// (visitor token, conversation, card, call id).
+pub(crate) async fn slow_card(
+    server: &Server,
+    s: &crate::crash::harness::Setup,
+) -> (String, String, Value, String) {
+    let token = server.visitor().await;
+    let (conversation, card) = card(server, s, &token).await;
+    let call = card["call"].as_str().unwrap().to_string();
+    s.hook.push(HookReply {
+        status: 200,
+        body: "{\"cancelled\":true}".into(),
+        delay: Duration::from_secs(1),
+    });
+    s.llm.push(Script::text("Order 42 is cancelled [1]."));
+    (token, conversation, card, call)
+}
+
 pub(crate) fn confirm_body(conversation: &str, card: &Value) -> Value {
     json!({"conversation": conversation, "call": card["call"], "decision": "confirm", "signature": card["signature"]})
 }
@@ -80,16 +99,8 @@ fn assert_told_taken_over(told: &Reply) {
 async fn a_process_paused_while_its_tool_runs_is_fenced_off_when_it_resumes() {
     let s = setup(on_postgres()).await;
     let a = Server::start(&s.config, None).await;
-    let token = a.visitor().await;
-    let (conversation, card) = card(&a, &s, &token).await;
-    let call = card["call"].as_str().unwrap().to_string();
     // A's delivery is answered while A is paused; B's at once.
-    s.hook.push(HookReply {
-        status: 200,
-        body: "{\"cancelled\":true}".into(),
-        delay: Duration::from_secs(1),
-    });
-    s.llm.push(Script::text("Order 42 is cancelled [1]."));
+    let (token, conversation, card, call) = slow_card(&a, &s).await;
     s.llm.push(Script::text("Order 42 is cancelled [1]."));
     let told = a.ask_streamed(&token, confirm_body(&conversation, &card));
     s.wait_for_delivery("/cancel", 1).await;

@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use deskbell::testkit::{HookReply, Reply as Script};
+use deskbell::testkit::Reply as Script;
 
 use crate::crash::harness::{Server, on_postgres, setup};
-use crate::fencing::{card, confirm_body};
+use crate::fencing::{confirm_body, slow_card};
 use crate::support::TestApp;
 
 /// A connection of the test's own that holds the database's write lock: on
@@ -42,15 +42,7 @@ async fn hold_write_lock(database_url: &str) -> sqlx::AnyConnection {
 async fn an_outcome_blocked_by_a_held_write_lock_is_recorded_once_the_lock_is_released() {
     let s = setup(on_postgres()).await;
     let server = Server::start(&s.config, None).await;
-    let token = server.visitor().await;
-    let (conversation, card) = card(&server, &s, &token).await;
-    let call = card["call"].as_str().unwrap().to_string();
-    s.hook.push(HookReply {
-        status: 200,
-        body: "{\"cancelled\":true}".into(),
-        delay: Duration::from_secs(1),
-    });
-    s.llm.push(Script::text("Order 42 is cancelled [1]."));
+    let (token, conversation, card, call) = slow_card(&server, &s).await;
     let told = server.ask_streamed(&token, confirm_body(&conversation, &card));
     s.wait_for_delivery("/cancel", 1).await;
     let mut lock = hold_write_lock(&s.database_url).await;

@@ -262,32 +262,16 @@ impl Store {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        if failed == 0 && self.failed_before(&mut tx, message, fence).await? {
+        // A failure written before under this fence (a commit reported
+        // failed that went through) counts as done.
+        if failed == 0
+            && crate::store::turns::ended_as(&mut tx, message, MessageStatus::Failed, fence).await?
+        {
             return Ok(());
         }
         owned(failed)?;
         tx.commit().await?;
         Ok(())
-    }
-
-    /// Whether the answer was already failed under `fence` (a commit reported
-    /// failed that went through).
-    async fn failed_before(
-        &self,
-        tx: &mut crate::store::Tx<'_>,
-        message: &str,
-        fence: &Fence,
-    ) -> StoreResult<bool> {
-        let row = sqlx::query("SELECT status, owner FROM messages WHERE id = $1")
-            .bind(message)
-            .fetch_optional(&mut **tx)
-            .await?;
-        let Some(row) = row else {
-            return Ok(false);
-        };
-        let status: String = row.try_get("status")?;
-        let owner: Option<String> = row.try_get("owner")?;
-        Ok(status == MessageStatus::Failed.as_str() && owner.as_deref() == Some(fence.as_str()))
     }
 
     /// Saves an answer's text so far and, before a tool round, the model transcript
