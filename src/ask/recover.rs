@@ -21,11 +21,6 @@ use crate::states::CallKind;
 use crate::store::stored::decode_transcript;
 use crate::store::{CallRow, CallStatus, Fence, Renewal, StoreError, StreamingAnswer};
 
-/// Whether `e` says the work was claimed by another process meanwhile.
-fn taken_over(e: &anyhow::Error) -> bool {
-    matches!(e.downcast_ref::<StoreError>(), Some(StoreError::TakenOver))
-}
-
 /// Claims the work of dead processes and finishes each call in a tracked task (so
 /// shutdown waits for them). `at_start`: this process has just started (see
 /// `Store::claim_dead`). A call whose finishing fails is failed as interrupted,
@@ -43,7 +38,7 @@ pub async fn recover(app: &App, at_start: bool) -> anyhow::Result<()> {
             async move {
                 match finish(&app, &call, answer.clone(), &fence).await {
                     Ok(()) => {}
-                    Err(e) if taken_over(&e) => tracing::warn!(
+                    Err(e) if StoreError::taken_over(&e) => tracing::warn!(
                         "a recovered call was taken over by another process before it finished"
                     ),
                     Err(e) => {
@@ -115,12 +110,7 @@ async fn finish(
         }
         Plan::Interrupted => {
             tracing::warn!(call = %call.id, "a call interrupted too often is failed");
-            let store = &app.store;
-            store
-                .until_written(fence, "an interrupted call", || {
-                    store.fail_interrupted_call(call, app.clock.now_ms(), fence)
-                })
-                .await?;
+            claimed::fail_interrupted(app, call, fence).await?;
             "The call was interrupted by a server fault and did not complete.".to_string()
         }
     };

@@ -117,16 +117,25 @@ pub async fn fail_answer(app: &App, answer: &StreamingAnswer, fence: &Fence) -> 
         .await?)
 }
 
-/// When finishing a recovered call failed (the database, say): the call is failed
-/// as interrupted and its answer as failed, so neither is left without an end.
-pub async fn give_up(app: &App, call: &CallRow, answer: Option<&StreamingAnswer>, fence: &Fence) {
+/// Fails a call interrupted too often (or not to be delivered again) as
+/// `interrupted`, written until it lands.
+pub async fn fail_interrupted(
+    app: &App,
+    call: &CallRow,
+    fence: &Fence,
+) -> crate::store::StoreResult<()> {
     let store = &app.store;
-    let failed = store
+    store
         .until_written(fence, "an interrupted call", || {
             store.fail_interrupted_call(call, app.clock.now_ms(), fence)
         })
-        .await;
-    if let Err(e) = failed {
+        .await
+}
+
+/// When finishing a recovered call failed (the database, say): the call is failed
+/// as interrupted and its answer as failed, so neither is left without an end.
+pub async fn give_up(app: &App, call: &CallRow, answer: Option<&StreamingAnswer>, fence: &Fence) {
+    if let Err(e) = fail_interrupted(app, call, fence).await {
         tracing::error!(error = format!("{e:#}"), call = %call.id, "a recovered call could not be failed either");
     }
     if let Some(answer) = answer

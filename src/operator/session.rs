@@ -79,7 +79,7 @@ pub async fn login(
     .map_err(|e| ApiError::Internal(e.into()))?;
     let Some(operator) = operator.filter(|_| verified) else {
         tracing::info!("an operator sign-in failed");
-        app.store.purge_login_keys(now, since).await?;
+        app.store.purge_login_keys(now).await?;
         return Err(ApiError::LoginFailed);
     };
     app.store.forget_login_attempt(&attempt).await?;

@@ -49,6 +49,33 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+impl StoreError {
+    /// Whether a failed write may succeed if tried again: the database out of
+    /// reach, or busy or locked by another writer (SQLite's busy and locked
+    /// codes, PostgreSQL's serialization failure, deadlock and lock timeout). A
+    /// constraint, a type or a syntax error will not change by waiting.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) => true,
+            StoreError::Database(e) => e
+                .as_database_error()
+                .and_then(|d| d.code())
+                .is_some_and(|code| BUSY.contains(&code.as_ref())),
+            _ => false,
+        }
+    }
+
+    /// Whether `e`, however deep in its chain, says the work was taken over by
+    /// another process (`TakenOver`).
+    pub fn taken_over(e: &anyhow::Error) -> bool {
+        matches!(e.downcast_ref::<StoreError>(), Some(StoreError::TakenOver))
+    }
+}
+
+/// SQLite's busy and locked codes (5, 6 and their extended forms 261, 262,
+/// 517) and PostgreSQL's serialization failure, deadlock and lock timeout.
+const BUSY: [&str; 8] = ["5", "6", "261", "262", "517", "40001", "40P01", "55P03"];
+
 /// PostgreSQL's SQLSTATE classes for a server that cannot serve now: 08
 /// (connection exception), 53 (insufficient resources, such as too many
 /// connections) and 57 (operator intervention: a shutdown or restart ended the

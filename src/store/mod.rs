@@ -82,10 +82,9 @@ pub struct Store {
     backend: Backend,
     /// SQLite only: commits turns' starts and ends together (see `turns.rs`).
     group: Option<group::GroupCommit>,
-    /// This process's lease and the fence of what it starts (`ownership`).
+    /// This process's lease, its length and the fence of what it starts
+    /// (`ownership`).
     lease: std::sync::Arc<ownership::Lease>,
-    /// How long the lease holds without renewal, in milliseconds.
-    lease_ms: i64,
     /// SQLite only: this process's hold on the database's lock file (see
     /// `ownership::FileLock`), and whether it was the only process when it started.
     file_lock: Option<std::sync::Arc<ownership::FileLock>>,
@@ -209,7 +208,6 @@ impl Store {
                     writer,
                     backend,
                     lease: std::sync::Arc::new(ownership::Lease::new(DEFAULT_LEASE_MS)),
-                    lease_ms: DEFAULT_LEASE_MS,
                     file_lock: ownership::FileLock::take(&url)?.map(std::sync::Arc::new),
                     site_reads: Default::default(),
                     known_budgets: Default::default(),
@@ -227,7 +225,6 @@ impl Store {
                     pool,
                     backend,
                     lease: std::sync::Arc::new(ownership::Lease::new(DEFAULT_LEASE_MS)),
-                    lease_ms: DEFAULT_LEASE_MS,
                     file_lock: None,
                     site_reads: Default::default(),
                     known_budgets: Default::default(),
@@ -250,14 +247,14 @@ impl Store {
 
     /// Sets how long this process's lease holds without renewal (`[server] lease_s`).
     pub fn with_lease(mut self, lease: Duration) -> Store {
-        self.lease_ms = lease.as_millis().clamp(1_000, i64::MAX as u128) as i64;
-        self.lease = std::sync::Arc::new(ownership::Lease::new(self.lease_ms));
+        let ms = lease.as_millis().clamp(1_000, i64::MAX as u128) as i64;
+        self.lease = std::sync::Arc::new(ownership::Lease::new(ms));
         self
     }
 
     /// How often the lease is renewed: three times within its lifetime.
     pub fn renew_every(&self) -> Duration {
-        Duration::from_millis((self.lease_ms / 3) as u64)
+        self.lease.length() / 3
     }
 
     /// The database's own clock in milliseconds, as SQL: leases are timed by one

@@ -236,26 +236,28 @@ impl Store {
         Ok(())
     }
 
-    /// Forgets the failures before `since` and the sign-in keys left with none,
-    /// at most once a minute (by `now`): a flood of attempts with made-up
-    /// emails leaves no rows behind for longer than the failure window and a
-    /// minute, and the scan runs once a minute, not once an attempt. In a
-    /// transaction of its own, as `purge_sessions`.
-    pub async fn purge_login_keys(&self, now: Millis, since: Millis) -> StoreResult<()> {
+    /// Forgets the sign-in keys left with no failure, at most once a minute (by
+    /// `now`): every attempt already forgets the failures past the window
+    /// (`begin_login_attempt`), so a flood of attempts with made-up emails leaves
+    /// no rows behind for longer than the window and a minute, and the scan
+    /// runs once a minute, not once an attempt.
+    pub async fn purge_login_keys(&self, now: Millis) -> StoreResult<()> {
         use std::sync::atomic::Ordering;
         let last = self.login_keys_purged_at.load(Ordering::Acquire);
-        if now - last < 60_000
-            || self
+        let due = now - last >= 60_000
+            && self
                 .login_keys_purged_at
                 .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
-            return Ok(());
+                .is_ok();
+        match due {
+            true => self.forget_unused_login_keys().await,
+            false => Ok(()),
         }
-        sqlx::query("DELETE FROM operator_login_failures WHERE at < $1")
-            .bind(since)
-            .execute(self.writer())
-            .await?;
+    }
+
+    /// In a transaction of its own that locks nothing else first, so it waits
+    /// for attempts, never deadlocks with one.
+    async fn forget_unused_login_keys(&self) -> StoreResult<()> {
         sqlx::query(
             "DELETE FROM operator_login_keys WHERE key NOT IN (SELECT key FROM operator_login_failures)",
         )
@@ -264,18 +266,8 @@ impl Store {
         Ok(())
     }
 
-    /// The number of sign-in keys kept (for the tests of the purge).
-    pub async fn login_keys_kept(&self) -> StoreResult<i64> {
-        let row = sqlx::query("SELECT CAST(COUNT(*) AS BIGINT) AS n FROM operator_login_keys")
-            .fetch_one(self.pool())
-            .await?;
-        Ok(row.try_get("n")?)
-    }
-
-    /// Forgets sessions revoked or idle past `idle_before`.
-    /// Also forgets sign-in keys with no failure left; in a transaction of its
-    /// own that locks nothing else first, so it waits for attempts, never
-    /// deadlocks with one.
+    /// Forgets sessions revoked or idle past `idle_before`, and sign-in keys
+    /// with no failure left.
     pub async fn purge_sessions(&self, idle_before: Millis) -> StoreResult<()> {
         sqlx::query(
             "DELETE FROM operator_sessions WHERE last_seen_at < $1 OR revoked_at IS NOT NULL",
@@ -283,12 +275,7 @@ impl Store {
         .bind(idle_before)
         .execute(self.writer())
         .await?;
-        sqlx::query(
-            "DELETE FROM operator_login_keys WHERE key NOT IN (SELECT key FROM operator_login_failures)",
-        )
-        .execute(self.writer())
-        .await?;
-        Ok(())
+        self.forget_unused_login_keys().await
     }
 }
 

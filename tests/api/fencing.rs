@@ -149,13 +149,7 @@ async fn a_process_paused_before_its_delivery_never_delivers_after_it_resumes() 
     s.llm.push(Script::text("Order 42 is cancelled [1]."));
     s.llm.push(Script::text("Order 42 is cancelled [1]."));
     let told = a.ask_streamed(&token, confirm_body(&conversation, &card));
-    for _ in 0..400 {
-        if stopped(&a) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(stopped(&a), "the process paused itself before the delivery");
+    wait_until_stopped(&a).await;
 
     let b = Server::start(&s.config, None).await;
     s.wait_for_delivery("/cancel", 1).await;
@@ -174,6 +168,62 @@ async fn a_process_paused_before_its_delivery_never_delivers_after_it_resumes() 
     let last = history["messages"].as_array().unwrap().last().unwrap();
     assert_eq!(last["status"], "answered", "{history}");
     assert_eq!(s.reserved().await, 0);
+}
+
+/// Paused between saving an answer's transcript and storing the auto call it
+/// is about to run: the other process fails the answer (it has no call to
+/// finish). The resumed process must not store the call: a running call under
+/// a fence that is in no lease would be claimed and delivered by anyone, for
+/// an answer already taken over. Nobody delivers it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_paused_before_storing_an_auto_call_leaves_none_to_deliver() {
+    let s = setup(on_postgres()).await;
+    let a = Server::start_env(
+        &s.config,
+        None,
+        &[("DESKBELL_PAUSE_AT", "before_call_insert")],
+    )
+    .await;
+    let token = a.visitor().await;
+    s.llm.push(Script::tool_calls(&[(
+        "lookup_order",
+        json!({"order_id": 42}),
+    )]));
+    let told = a.ask_streamed(&token, json!({"message": "Where is order 42?"}));
+    wait_until_stopped(&a).await;
+
+    let b = Server::start(&s.config, None).await;
+    let db = s.db().await;
+    let conversation = wait_for_failed_answer(&db).await;
+    signal(&a, libc::SIGCONT);
+    let told = told.await.unwrap();
+
+    assert_told_taken_over(&told);
+    // Past a lease and its renewals: every process has had time to claim it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(s.hook.calls().is_empty(), "the call was never delivered");
+    use sqlx::Row;
+    let calls: i64 = sqlx::query("SELECT CAST(COUNT(*) AS BIGINT) AS n FROM calls")
+        .fetch_one(&db)
+        .await
+        .unwrap()
+        .get("n");
+    assert_eq!(calls, 0, "no call was stored for the taken-over answer");
+    let history = b.history(&token, &conversation).await;
+    let last = history["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["status"], "failed", "{history}");
+    assert_eq!(s.reserved().await, 0);
+}
+
+/// Waits until the process has stopped itself at its pause point.
+async fn wait_until_stopped(server: &Server) {
+    for _ in 0..400 {
+        if stopped(server) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the process did not pause");
 }
 
 /// Paused mid-answer: the other process marks the answer failed; the resumed

@@ -215,6 +215,9 @@ impl Turn {
         row.owner = Some(self.fence.to_string());
         row.deliveries = 1;
         let requested = AuditRow::for_call(&row, AuditEvent::Requested, None, row.created_at);
+        // The fencing tests pause here: the answer may be taken over before
+        // its call exists.
+        crate::crashpoint::reached("before_call_insert");
         self.app.store.insert_call(&row, &[requested]).await?;
         let (outcome, status) = self.run_tool(&row.id, tool, &arguments.value).await?;
         confirm::run::record(&self.app, &row, &outcome, status, &self.fence).await?;

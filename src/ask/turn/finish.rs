@@ -94,9 +94,8 @@ impl Turn {
             })
             .await;
         if let Err(crate::store::StoreError::TakenOver) = saved {
-            self.open_bubble = None;
-            let status = self.stopped(Stop::TakenOver).await;
-            self.end_with(status).await;
+            self.stopped(Stop::TakenOver).await;
+            self.end_taken_over().await;
             return Ok(());
         }
         if saved.is_err() {

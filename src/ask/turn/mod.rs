@@ -50,9 +50,9 @@ enum Stop {
 
 impl From<anyhow::Error> for Stop {
     fn from(e: anyhow::Error) -> Self {
-        match e.downcast_ref::<crate::store::StoreError>() {
-            Some(crate::store::StoreError::TakenOver) => Stop::TakenOver,
-            _ => Stop::Internal(e),
+        match crate::store::StoreError::taken_over(&e) {
+            true => Stop::TakenOver,
+            false => Stop::Internal(e),
         }
     }
 }

@@ -56,25 +56,6 @@ impl std::fmt::Display for Fence {
     }
 }
 
-/// Whether a failed write may succeed if tried again: the database out of
-/// reach, or busy or locked by another writer (SQLite's busy and locked codes,
-/// PostgreSQL's serialization failure, deadlock and lock timeout). A
-/// constraint, a type or a syntax error will not change by waiting.
-fn transient(e: &StoreError) -> bool {
-    match e {
-        StoreError::Unavailable(_) => true,
-        StoreError::Database(e) => {
-            e.as_database_error()
-                .and_then(|d| d.code())
-                .is_some_and(|code| {
-                    ["5", "6", "261", "262", "517", "40001", "40P01", "55P03"]
-                        .contains(&code.as_ref())
-                })
-        }
-        _ => false,
-    }
-}
-
 /// A fenced write's row count: none changed means the work is no longer this
 /// fence's (another process claimed it).
 pub(crate) fn owned(rows_affected: u64) -> StoreResult<()> {
@@ -126,6 +107,15 @@ impl Lease {
         }
     }
 
+    pub(crate) fn length(&self) -> Duration {
+        self.length
+    }
+
+    /// The length as the database's SQL adds it to its clock.
+    fn length_ms(&self) -> i64 {
+        self.length.as_millis().min(i64::MAX as u128) as i64
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -171,12 +161,6 @@ impl Store {
     /// The fence new work is stamped with now.
     pub fn fence(&self) -> Fence {
         self.lease.fence()
-    }
-
-    /// Whether work stamped with `fence` may still act, without asking the
-    /// database: the fence is current and its lease holds for a while yet.
-    pub fn holds(&self, fence: &Fence) -> bool {
-        self.lease.holds(fence)
     }
 
     /// Whether work stamped with `fence` must check with the database before it
@@ -230,7 +214,7 @@ impl Store {
         let mut pause = Duration::from_millis(100);
         loop {
             let e = match write().await {
-                Err(e) if transient(&e) => e,
+                Err(e) if e.is_transient() => e,
                 done => return done,
             };
             if self.lease.fence() != *fence {
@@ -238,7 +222,7 @@ impl Store {
                 // reported failed) is found done by its idempotent re-run; one
                 // that did not finds the work no longer this fence's.
                 return match write().await {
-                    Err(e) if transient(&e) => Err(StoreError::TakenOver),
+                    Err(e) if e.is_transient() => Err(StoreError::TakenOver),
                     done => done,
                 };
             }
@@ -269,7 +253,7 @@ impl Store {
             "INSERT INTO leases (owner, started_at, expires_at) VALUES ($1, {now}, {now} + $2)"
         )))
         .bind(fence.as_str())
-        .bind(self.lease_ms)
+        .bind(self.lease.length_ms())
         .execute(self.writer())
         .await?;
         Ok(())
@@ -288,7 +272,7 @@ impl Store {
             self.now_sql()
         )))
         .bind(fence.as_str())
-        .bind(self.lease_ms)
+        .bind(self.lease.length_ms())
         .execute(self.writer())
         .await?
         .rows_affected();
