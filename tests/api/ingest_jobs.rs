@@ -145,4 +145,32 @@ async fn a_plain_ingest_call_returns_its_report_and_an_unknown_job_is_not_found(
         .get("/v1/operator/knowledge/acme/ingest/ingest_0123")
         .await;
     assert_eq!((r.status, r.code()), (404, "not_found"));
+    let r = admin
+        .get("/v1/operator/knowledge/nosuch/ingest/ingest_0123")
+        .await;
+    assert_eq!((r.status, r.code()), (404, "not_found"));
+    // A job is read only within its own site, and only by operators.
+    let started = admin
+        .http
+        .post(format!("{}/v1/operator/knowledge/acme/ingest", admin.base))
+        .header("cookie", &admin.cookie)
+        .header("x-deskbell-csrf", &admin.csrf)
+        .header("prefer", "respond-async")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    let job: Value = started.json().await.unwrap();
+    let job = job["job"].as_str().unwrap();
+    let r = admin
+        .get(&format!("/v1/operator/knowledge/other/ingest/{job}"))
+        .await;
+    assert_eq!(r.status, 404, "{:?}", r.json);
+    let r = reqwest::get(format!(
+        "{}/v1/operator/knowledge/acme/ingest/{job}",
+        t.base
+    ))
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 401);
 }
