@@ -117,14 +117,17 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
     .await?
     .with_lease(Duration::from_secs_f64(config.server.lease_s));
     let clock = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
-    let interrupted = store.fail_interrupted_messages(clock.now_ms()).await?;
+    let interrupted = store
+        .conversations()
+        .fail_interrupted(clock.now_ms())
+        .await?;
     if interrupted > 0 {
         tracing::warn!(
             count = interrupted,
             "answers interrupted by a stop of an earlier version were marked failed"
         );
     }
-    store.take_lease().await?;
+    store.leases().take().await?;
     let provider: Arc<dyn Provider> = match overrides.provider {
         Some(p) => p,
         None if config.llm.provider == "local" => local_provider(&config).await?,

@@ -118,7 +118,7 @@ pub async fn serve(
         return Ok(());
     }
     lease.abort();
-    if let Err(e) = app.store.release_lease().await {
+    if let Err(e) = app.store.leases().release().await {
         tracing::warn!(error = format!("{e:#}"), "the lease could not be given up");
     }
     Ok(())

@@ -68,7 +68,10 @@ pub fn system(site: &SiteConfig, part: Part, knowledge: &str) -> ChatMessage {
 
 /// The earlier messages of a conversation as model messages.
 pub async fn history(store: &Store, conversation: &str) -> anyhow::Result<Vec<ChatMessage>> {
-    let rows = store.last_messages(conversation, HISTORY_MESSAGES).await?;
+    let rows = store
+        .conversations()
+        .last_messages(conversation, HISTORY_MESSAGES)
+        .await?;
     Ok(rows
         .iter()
         .filter(|m| !m.text.is_empty())

@@ -62,7 +62,7 @@ pub async fn lease_forever(app: App) {
     tick.tick().await;
     loop {
         tick.tick().await;
-        match app.store.renew_lease().await {
+        match app.store.leases().renew().await {
             Ok(Renewal::Renewed) => {}
             Ok(Renewal::Replaced) => tracing::error!(
                 "this process's lease had lapsed and was claimed; it took a new one, and what it was doing under the old one is finished by another process"
@@ -96,7 +96,7 @@ async fn finish(
     let caller = Caller {
         site,
         visitor: call.visitor.clone(),
-        user_id: app.store.visitor_user(&call.visitor).await?,
+        user_id: app.store.visitors().user(&call.visitor).await?,
     };
     let mut turn = Turn::headless(Arc::clone(app), caller, Sink::detached());
     turn.resume(call, answer.as_ref(), fence.clone());
@@ -165,7 +165,7 @@ async fn tool_results(
     let Some(ChatMessage::Assistant { tool_calls, .. }) = context.last() else {
         return Ok(Vec::new());
     };
-    let rows = app.store.calls_of_message(&answer.id).await?;
+    let rows = app.store.calls().of_message(&answer.id).await?;
     Ok(tool_calls
         .iter()
         .map(|tc| {

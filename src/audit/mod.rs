@@ -75,7 +75,7 @@ pub async fn export(
     let mut after = None;
     let mut written = 0;
     loop {
-        let page = store.audit_page(site, after.take(), EXPORT_PAGE).await?;
+        let page = store.audit().page(site, after.take(), EXPORT_PAGE).await?;
         let Some((last_id, last)) = page.last() else {
             break;
         };

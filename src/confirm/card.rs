@@ -34,7 +34,7 @@ pub async fn raise(
     let signature = super::sign::sign(&app.keys.confirmations, &row);
     row.signature = Some(signature.clone());
     let requested = AuditRow::for_call(&row, AuditEvent::Requested, None, now);
-    app.store.insert_call(&row, &[requested]).await?;
+    app.store.calls().insert(&row, &[requested]).await?;
     app.live
         .publish(&row.site, &row.conversation, "card_raised");
     Ok(StreamEvent::Confirm {

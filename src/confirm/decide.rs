@@ -26,6 +26,7 @@ pub async fn decide(
     };
     let refusal = match app
         .store
+        .cards()
         .decide(call, to, reason, now, bubble, budget)
         .await?
     {
@@ -48,7 +49,10 @@ pub async fn decide(
             ApiError::CallNotPending
         }
         Decided::Late => {
-            app.store.expire_due(now, Some(&call.conversation)).await?;
+            app.store
+                .cards()
+                .expire_due(now, Some(&call.conversation))
+                .await?;
             super::refuse(app, call, Reason::Late).await?;
             ApiError::ConfirmationExpired
         }

@@ -15,7 +15,7 @@ pub async fn sweep_forever(app: App) {
     let hold_ms = 2 * SWEEP_EVERY.as_millis() as i64;
     loop {
         tick.tick().await;
-        match app.store.hold_duty(DUTY, hold_ms).await {
+        match app.store.leases().hold_duty(DUTY, hold_ms).await {
             Ok(true) => {}
             Ok(false) => continue,
             Err(e) => {
@@ -28,7 +28,7 @@ pub async fn sweep_forever(app: App) {
         }
         // Each card is expired by one conditional update, so even two sweeps at
         // once (a holder paused past its hold) write one `expired` row per card.
-        match app.store.expire_due(app.clock.now_ms(), None).await {
+        match app.store.cards().expire_due(app.clock.now_ms(), None).await {
             Ok(expired) if !expired.is_empty() => {
                 tracing::info!(count = expired.len(), "confirmations expired")
             }

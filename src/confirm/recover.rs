@@ -34,7 +34,7 @@ pub struct Interrupted {
 /// Claims what dead processes left (`at_start`: see `Store::claim_dead`). Answers
 /// with no running call are failed here; the calls are returned to be finished.
 pub async fn claim(app: &App, at_start: bool) -> anyhow::Result<Vec<Interrupted>> {
-    let claimed = app.store.claim_dead(at_start).await?;
+    let claimed = app.store.leases().claim_dead(at_start).await?;
     let fence = claimed.fence.clone();
     let mut answers: HashMap<String, StreamingAnswer> = claimed
         .answers
@@ -111,8 +111,9 @@ pub async fn fail_answer(app: &App, answer: &StreamingAnswer, fence: &Fence) -> 
     let spent = estimate_tokens(answer.text.len()) as i64;
     let store = &app.store;
     Ok(store
+        .leases()
         .until_written(fence, "an interrupted answer", || {
-            store.fail_answer(answer, spent, fence)
+            store.leases().fail_answer(answer, spent, fence)
         })
         .await?)
 }
@@ -126,8 +127,11 @@ pub async fn fail_interrupted(
 ) -> crate::store::StoreResult<()> {
     let store = &app.store;
     store
+        .leases()
         .until_written(fence, "an interrupted call", || {
-            store.fail_interrupted_call(call, app.clock.now_ms(), fence)
+            store
+                .calls()
+                .fail_interrupted(call, app.clock.now_ms(), fence)
         })
         .await
 }

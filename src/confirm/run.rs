@@ -33,8 +33,10 @@ pub async fn record(
 ) -> anyhow::Result<()> {
     let audit = audit_outcome(call, outcome, app.clock.now_ms());
     app.store
+        .leases()
         .until_written(fence, "a call's outcome", || {
             app.store
+                .calls()
                 .record_outcome(call, status, Some(&outcome.result), &audit, fence)
         })
         .await?;

@@ -31,7 +31,7 @@ pub async fn verify_answer(
         return Err(ApiError::ConversationNotFound);
     };
     let call = match CallId::parse(call_id) {
-        Some(call_id) => app.store.call(call_id.as_str()).await?,
+        Some(call_id) => app.store.calls().get(call_id.as_str()).await?,
         None => None,
     };
     if !crate::guard::owns(app, caller, &id).await? {
@@ -66,7 +66,10 @@ pub async fn verify_answer(
         return Err(ApiError::CallNotPending);
     }
     if call.expires_at.is_none_or(|at| at <= now) {
-        app.store.expire_due(now, Some(conversation)).await?;
+        app.store
+            .cards()
+            .expire_due(now, Some(conversation))
+            .await?;
         refuse(app, &call, Reason::Late).await?;
         return Err(ApiError::ConfirmationExpired);
     }
@@ -110,7 +113,8 @@ pub async fn refuse(app: &App, call: &CallRow, reason: Reason) -> anyhow::Result
     tracing::warn!(call = %call.id, reason = reason.as_str(), "confirmation answer refused");
     Ok(app
         .store
-        .append_audit(&AuditRow::for_call(
+        .audit()
+        .append(&AuditRow::for_call(
             call,
             AuditEvent::Refused,
             Some(reason),

@@ -35,9 +35,12 @@ async fn show(
         Some(id) if guard::owns(&app, &caller, &id).await? => id.as_str().to_string(),
         _ => return Err(ApiError::ConversationNotFound),
     };
-    app.store.expire_due_in(&id, app.clock.now_ms()).await?;
-    let messages = app.store.messages(&id).await?;
-    let calls = app.store.calls_in_conversation(&id).await?;
+    app.store
+        .cards()
+        .expire_due_in(&id, app.clock.now_ms())
+        .await?;
+    let messages = app.store.conversations().messages(&id).await?;
+    let calls = app.store.calls().in_conversation(&id).await?;
     Ok(Json(view(id, messages, calls)))
 }
 

@@ -112,7 +112,7 @@ const DEMO_OPERATOR: &str = "admin@demo.deskbell";
 /// Creates the demo's operator with a generated password on the first start
 /// (when there is no operator yet) and returns that password, shown once.
 async fn demo_operator(app: &crate::app::App) -> anyhow::Result<Option<String>> {
-    if app.store.operator_count().await? > 0 {
+    if app.store.operators().count().await? > 0 {
         return Ok(None);
     }
     let password = crate::operator::accounts::random_text(18)?;

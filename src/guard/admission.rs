@@ -73,7 +73,8 @@ pub async fn budget_open_with_tool_version(
 async fn read_budget_and_tool_version(app: &App, share: &BudgetShare) -> Result<i64, ApiError> {
     match app
         .store
-        .budget_and_tool_version(share, app.clock.now_ms())
+        .budget()
+        .and_tool_version(share, app.clock.now_ms())
         .await?
     {
         (Reservation::Reserved, version) => Ok(version),
@@ -82,7 +83,7 @@ async fn read_budget_and_tool_version(app: &App, share: &BudgetShare) -> Result<
 }
 
 async fn check_budget(app: &App, share: &BudgetShare) -> Result<(), ApiError> {
-    match app.store.budget_open(share).await? {
+    match app.store.budget().open(share).await? {
         Reservation::Reserved => Ok(()),
         refusal => Err(super::refused(budget_refusal(refusal, app.clock.now_ms()))),
     }

@@ -287,7 +287,11 @@ pub async fn owns(
     caller: &Caller,
     conversation: &crate::ids::ConversationId,
 ) -> Result<bool, ApiError> {
-    let owner = app.store.conversation_owner(conversation.as_str()).await?;
+    let owner = app
+        .store
+        .conversations()
+        .owner(conversation.as_str())
+        .await?;
     Ok(owner
         .is_some_and(|(site, visitor)| site == caller.site.config.id && visitor == caller.visitor))
 }

@@ -22,10 +22,10 @@ impl Knowledge {
     pub async fn open_shared(config: &Config, store: &Store) -> anyhow::Result<Knowledge> {
         let knowledge = Knowledge::default();
         for site in config.sites.iter().filter(|s| !s.knowledge.is_empty()) {
-            if store.knowledge_version(&site.id).await? == 0 {
+            if store.knowledge().version(&site.id).await? == 0 {
                 let (documents, skipped) =
                     source::read_sources(&site.knowledge, &Default::default()).await;
-                store.save_knowledge(&site.id, &documents).await?;
+                store.knowledge().save(&site.id, &documents).await?;
                 for s in &skipped {
                     tracing::warn!(site = %site.id, path = %crate::secret::loggable_url(&s.path), reason = %s.reason, "knowledge source skipped");
                 }
@@ -65,7 +65,7 @@ impl Knowledge {
         // bring the index up to the new version first, or this ingest would find
         // nothing left to do and report every document as unchanged.
         let _one = self.writing.lock().await;
-        store.save_knowledge(&site.id, &documents).await?;
+        store.knowledge().save(&site.id, &documents).await?;
         let mut report = self
             .follow_locked(store, data_dir, &site.id)
             .await?
@@ -98,12 +98,12 @@ impl Knowledge {
         data_dir: &Path,
         site: &str,
     ) -> anyhow::Result<Option<Report>> {
-        let version = store.knowledge_version(site).await?;
+        let version = store.knowledge().version(site).await?;
         let known = self.known_version(site);
         if version == 0 || Some(version) == known {
             return Ok(None);
         }
-        let (version, documents) = store.knowledge_documents(site).await?;
+        let (version, documents) = store.knowledge().documents(site).await?;
         let dir = index::folder(data_dir, site);
         let building = dir.clone();
         let report =

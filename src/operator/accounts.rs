@@ -96,7 +96,7 @@ pub async fn add_operator(
         role,
         password_hash,
     };
-    if !store.add_operator(&row, now).await? {
+    if !store.operators().add(&row, now).await? {
         anyhow::bail!("an operator with the email {email} exists already");
     }
     Ok(())
@@ -121,7 +121,10 @@ pub async fn new_token(
         created_at: now,
         revoked_at: None,
     };
-    store.add_token(&row, &token_hash(&text)).await?;
+    store
+        .operators()
+        .add_token(&row, &token_hash(&text))
+        .await?;
     Ok((row, text))
 }
 

@@ -57,7 +57,7 @@ pub async fn list(
         cursor: query.cursor.as_deref().map(parse_cursor).transpose()?,
         limit: limit + 1,
     };
-    let rows = app.store.audit_filtered(&filter).await?;
+    let rows = app.store.audit().filtered(&filter).await?;
     let (rows, next_cursor) = page(rows, limit, |(id, r)| cursor(r.at, id));
     let items = rows
         .iter()
@@ -145,7 +145,8 @@ impl Export {
         let page = match self
             .app
             .store
-            .audit_page(self.site.as_deref(), self.after.take(), EXPORT_PAGE)
+            .audit()
+            .page(self.site.as_deref(), self.after.take(), EXPORT_PAGE)
             .await
         {
             Ok(page) => page,

@@ -54,10 +54,16 @@ impl Operator {
         let held = match (&self.session, &self.token) {
             (Some(id), _) => app
                 .store
+                .operators()
                 .session(id)
                 .await
                 .map(|s| s.is_some_and(|s| now - s.last_seen_at < IDLE_MS)),
-            (None, Some(hash)) => app.store.token_by_hash(hash).await.map(|t| t.is_some()),
+            (None, Some(hash)) => app
+                .store
+                .operators()
+                .token_by_hash(hash)
+                .await
+                .map(|t| t.is_some()),
             (None, None) => Ok(false),
         };
         held.unwrap_or(false)
@@ -110,6 +116,7 @@ async fn by_token(app: &App, bearer: &str) -> Result<Operator, ApiError> {
     let hash = token_hash(bearer);
     let token = app
         .store
+        .operators()
         .token_by_hash(&hash)
         .await?
         .ok_or(ApiError::OperatorUnauthenticated)?;
@@ -127,16 +134,17 @@ async fn by_cookie(app: &App, cookie: &str) -> Result<Operator, ApiError> {
     let id = session_id(key, cookie);
     let session = app
         .store
+        .operators()
         .session(&id)
         .await?
         .ok_or(ApiError::OperatorUnauthenticated)?;
     let now = app.clock.now_ms();
     if now - session.last_seen_at >= IDLE_MS {
-        app.store.revoke_session(&id, now).await?;
+        app.store.operators().revoke_session(&id, now).await?;
         return Err(ApiError::OperatorUnauthenticated);
     }
     if now - session.last_seen_at >= TOUCH_EVERY_MS {
-        app.store.touch_session(&id, now).await?;
+        app.store.operators().touch_session(&id, now).await?;
     }
     Ok(Operator {
         email: session.email,

@@ -63,7 +63,7 @@ pub async fn list(
         limit: limit + 1,
         window: crate::store::SEARCH_WINDOW,
     };
-    let (rows, window_end) = app.store.list_conversations(&filter).await?;
+    let (rows, window_end) = app.store.conversations().list(&filter).await?;
     let (rows, mut next_cursor) = page(rows, limit, |r| cursor(r.created_at, &r.id));
     // A word search that read its whole window goes on after it, even when the
     // window held fewer matches than the page.
@@ -120,16 +120,20 @@ pub async fn show(
     let id = id.as_str();
     let (site, visitor, user_id, started) = app
         .store
-        .conversation_head(id)
+        .conversations()
+        .head(id)
         .await?
         .ok_or(ApiError::ConversationNotFound)?;
-    app.store.expire_due_in(id, app.clock.now_ms()).await?;
-    let messages = app.store.messages(id).await?;
-    let calls = app.store.calls_in_conversation(id).await?;
-    let usage = app.store.usage_by_message(id).await?;
+    app.store
+        .cards()
+        .expire_due_in(id, app.clock.now_ms())
+        .await?;
+    let messages = app.store.conversations().messages(id).await?;
+    let calls = app.store.calls().in_conversation(id).await?;
+    let usage = app.store.usage().by_message(id).await?;
     let mut call_views = Vec::with_capacity(calls.len());
     for call in &calls {
-        let audit = app.store.audit_for_call(&call.id).await?;
+        let audit = app.store.audit().for_call(&call.id).await?;
         call_views.push(CallView {
             call: call.id.clone(),
             tool: call.tool.clone(),

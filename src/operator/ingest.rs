@@ -45,7 +45,8 @@ pub async fn start(
     let job = crate::ids::new_id("ingest");
     let now = app.clock.now_ms();
     app.store
-        .start_ingest_job(&job, &site_id, &operator.email, now)
+        .ingests()
+        .start(&job, &site_id, &operator.email, now)
         .await?;
     tracing::info!(operator = %operator.email, site = %site_id, job, "knowledge re-ingest started from the console");
     let (done, ended) = tokio::sync::oneshot::channel();
@@ -116,7 +117,7 @@ async fn run(app: &App, site: &Site, job: &str) -> Option<ReportView> {
             tick.tick().await;
             let (read, found) = progress.counts();
             let now = app.clock.now_ms();
-            if let Err(e) = app.store.ingest_progress(job, read, found, now).await {
+            if let Err(e) = app.store.ingests().progress(job, read, found, now).await {
                 tracing::warn!(
                     error = format!("{e:#}"),
                     job,
@@ -162,7 +163,8 @@ async fn run(app: &App, site: &Site, job: &str) -> Option<ReportView> {
     for attempt in 1..=5 {
         let ended = app
             .store
-            .end_ingest_job(job, state, counts, text, error, now)
+            .ingests()
+            .end(job, state, counts, text, error, now)
             .await;
         match ended {
             Ok(()) => break,
@@ -189,7 +191,7 @@ async fn save_report(
     now: Millis,
 ) -> anyhow::Result<String> {
     let text = serde_json::to_string(view)?;
-    app.store.save_knowledge_report(site, now, &text).await?;
+    app.store.ingests().save_report(site, now, &text).await?;
     Ok(text)
 }
 
@@ -201,7 +203,8 @@ pub async fn show(
     let site = known_site(&app, &site)?;
     let row = app
         .store
-        .ingest_job(&site.config.id, &job)
+        .ingests()
+        .job(&site.config.id, &job)
         .await?
         .ok_or(ApiError::Missing("ingest job"))?;
     Ok(Json(view(row, app.clock.now_ms())))

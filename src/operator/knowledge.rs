@@ -22,7 +22,7 @@ pub async fn list(
 ) -> Result<Json<Items<KnowledgeView>>, ApiError> {
     let mut items = Vec::new();
     for site in &app.config.sites {
-        let report = match app.store.knowledge_report(&site.id).await? {
+        let report = match app.store.ingests().report(&site.id).await? {
             Some(text) => serde_json::from_str::<ReportView>(&text).ok(),
             None => None,
         };

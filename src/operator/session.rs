@@ -52,14 +52,15 @@ pub async fn login(
     let attempt = crate::ids::new_id("login");
     let counts = app
         .store
+        .operators()
         .begin_login_attempt(&attempt, &keys, now, since)
         .await?;
     if let Some((_, first)) = counts.iter().find(|(n, _)| *n > MAX_FAILURES) {
-        app.store.forget_login_attempt(&attempt).await?;
+        app.store.operators().forget_login_attempt(&attempt).await?;
         let wait_ms = (first + FAILURE_WINDOW_MS - now).max(1_000);
         return Err(ApiError::RateLimited((wait_ms as u64).div_ceil(1000)));
     }
-    let operator = app.store.operator(&email).await?;
+    let operator = app.store.operators().get(&email).await?;
     let password = request.password;
     let hash = operator.as_ref().map(|o| o.password_hash.clone());
     // Each check holds about 19 MiB for tens of milliseconds: a few at a time,
@@ -79,14 +80,18 @@ pub async fn login(
     .map_err(|e| ApiError::Internal(e.into()))?;
     let Some(operator) = operator.filter(|_| verified) else {
         tracing::info!("an operator sign-in failed");
-        app.store.purge_login_keys(now).await?;
+        app.store.operators().purge_login_keys(now).await?;
         return Err(ApiError::LoginFailed);
     };
-    app.store.forget_login_attempt(&attempt).await?;
-    app.store.purge_sessions(now - auth::IDLE_MS).await?;
+    app.store.operators().forget_login_attempt(&attempt).await?;
+    app.store
+        .operators()
+        .purge_sessions(now - auth::IDLE_MS)
+        .await?;
     let cookie = random_text(32).map_err(|e| ApiError::Internal(e.into()))?;
     let key = &app.keys.operator_sessions;
     app.store
+        .operators()
         .add_session(&auth::session_id(key, &cookie), &operator.email, now)
         .await?;
     tracing::info!(operator = %operator.email, "an operator signed in");
@@ -113,6 +118,7 @@ pub async fn show(operator: Operator) -> Json<SessionView> {
 pub async fn logout(State(app): State<App>, operator: Operator) -> Result<Response, ApiError> {
     if let Some(session) = &operator.session {
         app.store
+            .operators()
             .revoke_session(session, app.clock.now_ms())
             .await?;
         tracing::info!(operator = %operator.email, "an operator signed out");

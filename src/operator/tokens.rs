@@ -18,6 +18,7 @@ pub async fn list(
     operator.require_admin()?;
     let items = app
         .store
+        .operators()
         .tokens()
         .await?
         .into_iter()
@@ -38,7 +39,12 @@ pub async fn revoke(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     operator.require_admin()?;
-    match app.store.revoke_token(&id, app.clock.now_ms()).await? {
+    match app
+        .store
+        .operators()
+        .revoke_token(&id, app.clock.now_ms())
+        .await?
+    {
         true => {
             tracing::info!(operator = %operator.email, token = %id, "an API token was revoked");
             Ok(StatusCode::NO_CONTENT)

@@ -127,7 +127,7 @@ pub async fn change(
         duration_ms: None,
         operator: Some(operator.email.clone()),
     };
-    let stale = app.store.change_tool(&edit, audit).await?;
+    let stale = app.store.tools().change(&edit, audit).await?;
     for call in &stale {
         app.live
             .publish(&call.site, &call.conversation, "card_answered");

@@ -49,9 +49,9 @@ pub async fn show(
 async fn site_usage(app: &App, site: &Site, first: i64, today: i64) -> Result<SiteUsage, ApiError> {
     let id = &site.config.id;
     let since = first * DAY_MS;
-    let turns = app.store.usage_turns(id, since).await?;
-    let events = app.store.usage_events(id, since).await?;
-    let spent = app.store.budget_spent_since(id, &utc_day(since)).await?;
+    let turns = app.store.usage().turns(id, since).await?;
+    let events = app.store.usage().events(id, since).await?;
+    let spent = app.store.budget().spent_since(id, &utc_day(since)).await?;
     let mut days: Vec<DayUsage> = (first..=today)
         .map(|d| {
             let day = utc_day(d * DAY_MS);

@@ -4,6 +4,7 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use super::binds::Binds;
 use super::error::StoreResult;
 use super::{Store, optional_state, sql, state};
 use crate::clock::Millis;
@@ -77,17 +78,27 @@ pub(super) fn audit_row(row: &AnyRow) -> Result<AuditRow, sqlx::Error> {
 
 pub(super) const SELECT_COLUMNS: &str = "at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms, operator";
 
+/// The append-only audit table (SPEC §10).
+#[derive(Clone, Copy)]
+pub struct Audit<'s>(&'s Store);
+
 impl Store {
-    pub async fn append_audit(&self, row: &AuditRow) -> StoreResult<()> {
-        insert(self.writer(), row).await?;
+    pub fn audit(&self) -> Audit<'_> {
+        Audit(self)
+    }
+}
+
+impl Audit<'_> {
+    pub async fn append(self, row: &AuditRow) -> StoreResult<()> {
+        insert(self.0.writer(), row).await?;
         Ok(())
     }
 
     /// Up to `limit` audit rows after `after` (a row's time and id), oldest first,
     /// optionally of one site, with the id of each: an export walks the table a
     /// page at a time, so its memory does not grow with the table.
-    pub async fn audit_page(
-        &self,
+    pub async fn page(
+        self,
         site: Option<&str>,
         after: Option<(Millis, String)>,
         limit: i64,
@@ -101,7 +112,7 @@ impl Store {
         .bind(at)
         .bind(id)
         .bind(limit)
-        .fetch_all(self.pool())
+        .fetch_all(self.0.pool())
         .await?;
         rows.iter()
             .map(|r| Ok((r.try_get("id")?, audit_row(r)?)))
@@ -110,13 +121,69 @@ impl Store {
     }
 
     /// The audit rows of one call, oldest first.
-    pub async fn audit_for_call(&self, call: &str) -> StoreResult<Vec<AuditRow>> {
+    pub async fn for_call(self, call: &str) -> StoreResult<Vec<AuditRow>> {
         let rows = sqlx::query(sql(format!(
             "SELECT {SELECT_COLUMNS} FROM audit WHERE call = $1 ORDER BY at, id"
         )))
         .bind(call)
-        .fetch_all(self.pool())
+        .fetch_all(self.0.pool())
         .await?;
         Ok(rows.iter().map(audit_row).collect::<Result<_, _>>()?)
     }
+
+    /// One page of audit rows, newest first.
+    pub async fn filtered(self, filter: &AuditFilter) -> StoreResult<Vec<(String, AuditRow)>> {
+        let mut binds = Binds::default();
+        let mut clauses = Vec::new();
+        let text_filters = [
+            ("site", &filter.site),
+            ("event", &filter.event),
+            ("tool", &filter.tool),
+            ("call", &filter.call),
+        ];
+        for (column, value) in text_filters {
+            if let Some(value) = value {
+                clauses.push(format!("{column} = {}", binds.text(value)));
+            }
+        }
+        if let Some(after) = filter.after {
+            clauses.push(format!("at >= {}", binds.int(after)));
+        }
+        if let Some(before) = filter.before {
+            clauses.push(format!("at < {}", binds.int(before)));
+        }
+        if let Some((at, id)) = &filter.cursor {
+            let (at1, at2, id) = (binds.int(*at), binds.int(*at), binds.text(id));
+            clauses.push(format!("(at < {at1} OR (at = {at2} AND id < {id}))"));
+        }
+        let filter_sql = match clauses.is_empty() {
+            true => String::new(),
+            false => format!("WHERE {}", clauses.join(" AND ")),
+        };
+        let limit = binds.int(filter.limit);
+        let rows = binds
+            .fetch(
+                self.0,
+                format!(
+                    "SELECT id, {SELECT_COLUMNS} FROM audit {filter_sql} ORDER BY at DESC, id DESC LIMIT {limit}"
+                ),
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, audit_row(r)?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct AuditFilter {
+    pub site: Option<String>,
+    pub event: Option<String>,
+    pub tool: Option<String>,
+    pub call: Option<String>,
+    pub after: Option<Millis>,
+    pub before: Option<Millis>,
+    pub cursor: Option<(Millis, String)>,
+    pub limit: i64,
 }

@@ -106,14 +106,24 @@ pub(super) fn call(row: &AnyRow) -> Result<CallRow, sqlx::Error> {
     })
 }
 
+/// A conversation's tool calls: raised, decided, run and recorded (SPEC §6).
+#[derive(Clone, Copy)]
+pub struct Calls<'s>(&'s Store);
+
 impl Store {
+    pub fn calls(&self) -> Calls<'_> {
+        Calls(self)
+    }
+}
+
+impl Calls<'_> {
     /// Stores a call together with its first audit rows (such as `requested`).
     /// A call that runs at once (it has an owner) is stored only while its
     /// answer still streams under the same fence: a process paused before this
     /// insert must not leave a running call that another process would claim
     /// and deliver for an answer already taken over (`TakenOver`).
-    pub async fn insert_call(&self, c: &CallRow, audit_rows: &[AuditRow]) -> StoreResult<()> {
-        let mut tx = self.writer().begin().await?;
+    pub async fn insert(self, c: &CallRow, audit_rows: &[AuditRow]) -> StoreResult<()> {
+        let mut tx = self.0.writer().begin().await?;
         let inserted = sqlx::query(sql(format!(
             "INSERT INTO calls ({COLUMNS}) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26 \
              WHERE $24 IS NULL OR EXISTS (SELECT 1 FROM messages WHERE id = $4 AND owner = $24 AND status = $27)"
@@ -156,20 +166,20 @@ impl Store {
         Ok(())
     }
 
-    pub async fn call(&self, id: &str) -> StoreResult<Option<CallRow>> {
+    pub async fn get(self, id: &str) -> StoreResult<Option<CallRow>> {
         let row = sqlx::query(sql(format!("SELECT {COLUMNS} FROM calls WHERE id = $1")))
             .bind(id)
-            .fetch_optional(self.pool())
+            .fetch_optional(self.0.pool())
             .await?;
         Ok(row.as_ref().map(call).transpose()?)
     }
 
-    pub async fn calls_in_conversation(&self, conversation: &str) -> StoreResult<Vec<CallRow>> {
+    pub async fn in_conversation(self, conversation: &str) -> StoreResult<Vec<CallRow>> {
         let rows = sqlx::query(sql(format!(
             "SELECT {COLUMNS} FROM calls WHERE conversation = $1 ORDER BY created_at, id"
         )))
         .bind(conversation)
-        .fetch_all(self.pool())
+        .fetch_all(self.0.pool())
         .await?;
         Ok(rows.iter().map(call).collect::<Result<_, _>>()?)
     }
@@ -180,7 +190,7 @@ impl Store {
     /// another process took it over, nothing is written and the answer is
     /// `TakenOver` (that process records the outcome).
     pub async fn record_outcome(
-        &self,
+        self,
         call: &CallRow,
         status: CallStatus,
         result: Option<&str>,
@@ -191,7 +201,7 @@ impl Store {
             CallKind::Auto => "status",
             _ => "run_status",
         };
-        let mut tx = self.writer().begin().await?;
+        let mut tx = self.0.writer().begin().await?;
         let recorded = sqlx::query(sql(format!(
             "UPDATE calls SET {column} = $1, result = COALESCE($2, result), owner = NULL WHERE id = $3 AND owner = $4"
         )))
@@ -219,8 +229,8 @@ impl Store {
 
     /// A call whose deliveries were all interrupted by crashes: it is failed with
     /// reason `interrupted` and never sent again.
-    pub async fn fail_interrupted_call(
-        &self,
+    pub async fn fail_interrupted(
+        self,
         c: &CallRow,
         now: Millis,
         fence: &Fence,
@@ -231,12 +241,12 @@ impl Store {
     }
 
     /// The calls a turn's answer made, in order (to resume it after a crash).
-    pub async fn calls_of_message(&self, message: &str) -> StoreResult<Vec<CallRow>> {
+    pub async fn of_message(self, message: &str) -> StoreResult<Vec<CallRow>> {
         let rows = sqlx::query(sql(format!(
             "SELECT {COLUMNS} FROM calls WHERE message = $1 ORDER BY created_at, id"
         )))
         .bind(message)
-        .fetch_all(self.pool())
+        .fetch_all(self.0.pool())
         .await?;
         Ok(rows.iter().map(call).collect::<Result<_, _>>()?)
     }

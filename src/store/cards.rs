@@ -28,7 +28,17 @@ pub enum Decided {
     Budget(super::Reservation),
 }
 
+/// Confirmation cards' answers and expiry (SPEC §7).
+#[derive(Clone, Copy)]
+pub struct Cards<'s>(&'s Store);
+
 impl Store {
+    pub fn cards(&self) -> Cards<'_> {
+        Cards(self)
+    }
+}
+
+impl Cards<'_> {
     /// The one atomic pending → decided transition, which also opens the bubble of
     /// the continuation and, for a confirmation, marks the call running under this
     /// process: if it dies before the outcome is recorded, recovery finds the call.
@@ -39,7 +49,7 @@ impl Store {
     /// call, then audit and messages — so a decision racing a new question in the
     /// same conversation waits instead of deadlocking on PostgreSQL.
     pub async fn decide(
-        &self,
+        self,
         c: &CallRow,
         to: CallStatus,
         reason: Option<Reason>,
@@ -47,9 +57,9 @@ impl Store {
         bubble: &super::MessageRow,
         budget: Option<&super::BudgetShare>,
     ) -> StoreResult<Decided> {
-        let mut tx = self.writer().begin().await?;
+        let mut tx = self.0.writer().begin().await?;
         if let Some(share) = budget {
-            match super::budgets::reserve_in(&mut tx, share).await? {
+            match super::budget::reserve_in(&mut tx, share).await? {
                 super::Reservation::Reserved => {}
                 other => return Ok(Decided::Budget(other)),
             }
@@ -118,14 +128,14 @@ impl Store {
     /// read of a conversation with nothing due writes nothing and waits for no
     /// writer. (The reader then reads messages before calls, as ever: an answer
     /// it sees finished has its call's outcome in the calls it reads after.)
-    pub async fn expire_due_in(&self, conversation: &str, now: Millis) -> StoreResult<()> {
+    pub async fn expire_due_in(self, conversation: &str, now: Millis) -> StoreResult<()> {
         let due = sqlx::query(
             "SELECT 1 AS due FROM calls WHERE conversation = $1 AND status = $2 AND expires_at <= $3 LIMIT 1",
         )
         .bind(conversation)
         .bind(CallStatus::Pending.as_str())
         .bind(now)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.0.pool())
         .await?;
         if due.is_some() {
             self.expire_due(now, Some(conversation)).await?;
@@ -137,11 +147,11 @@ impl Store {
     /// as the decision time, whether or not anybody answered. Optionally only in one
     /// conversation. Returns the calls it expired.
     pub async fn expire_due(
-        &self,
+        self,
         now: Millis,
         conversation: Option<&str>,
     ) -> StoreResult<Vec<CallRow>> {
-        let mut tx = self.writer().begin().await?;
+        let mut tx = self.0.writer().begin().await?;
         let expired = expire_in(&mut tx, now, conversation).await?;
         tx.commit().await?;
         for c in &expired {

@@ -28,13 +28,18 @@ pub struct IngestJobRow {
     pub updated_at: Millis,
 }
 
+/// Ingest jobs and the knowledge reports they leave (SPEC §15).
+#[derive(Clone, Copy)]
+pub struct Ingests<'s>(&'s Store);
+
 impl Store {
-    pub async fn save_knowledge_report(
-        &self,
-        site: &str,
-        at: Millis,
-        report: &str,
-    ) -> StoreResult<()> {
+    pub fn ingests(&self) -> Ingests<'_> {
+        Ingests(self)
+    }
+}
+
+impl Ingests<'_> {
+    pub async fn save_report(self, site: &str, at: Millis, report: &str) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO knowledge_reports (site, at, report) VALUES ($1, $2, $3) \
              ON CONFLICT (site) DO UPDATE SET at = $2, report = $3",
@@ -42,27 +47,21 @@ impl Store {
         .bind(site)
         .bind(at)
         .bind(report)
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         Ok(())
     }
 
-    pub async fn knowledge_report(&self, site: &str) -> StoreResult<Option<String>> {
+    pub async fn report(self, site: &str) -> StoreResult<Option<String>> {
         Ok(
             sqlx::query_scalar("SELECT report FROM knowledge_reports WHERE site = $1")
                 .bind(site)
-                .fetch_optional(self.pool())
+                .fetch_optional(self.0.pool())
                 .await?,
         )
     }
 
-    pub async fn start_ingest_job(
-        &self,
-        id: &str,
-        site: &str,
-        operator: &str,
-        now: Millis,
-    ) -> StoreResult<()> {
+    pub async fn start(self, id: &str, site: &str, operator: &str, now: Millis) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO ingest_jobs (id, site, operator, state, read_count, found_count, started_at, updated_at) \
              VALUES ($1, $2, $3, $4, 0, 0, $5, $5)",
@@ -72,14 +71,14 @@ impl Store {
         .bind(operator)
         .bind(RUNNING)
         .bind(now)
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         Ok(())
     }
 
     /// A running job's counts so far.
-    pub async fn ingest_progress(
-        &self,
+    pub async fn progress(
+        self,
         id: &str,
         read: usize,
         found: usize,
@@ -93,15 +92,15 @@ impl Store {
         .bind(found as i64)
         .bind(now)
         .bind(RUNNING)
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         Ok(())
     }
 
     /// A job's end: `FINISHED` with its report, or `FAILED` with a reason
     /// fit to show.
-    pub async fn end_ingest_job(
-        &self,
+    pub async fn end(
+        self,
         id: &str,
         state: &str,
         counts: (usize, usize),
@@ -120,19 +119,19 @@ impl Store {
         .bind(report)
         .bind(error)
         .bind(now)
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         Ok(())
     }
 
-    pub async fn ingest_job(&self, site: &str, id: &str) -> StoreResult<Option<IngestJobRow>> {
+    pub async fn job(self, site: &str, id: &str) -> StoreResult<Option<IngestJobRow>> {
         let row = sqlx::query(
             "SELECT id, site, state, read_count, found_count, report, error, started_at, updated_at \
              FROM ingest_jobs WHERE id = $1 AND site = $2",
         )
         .bind(id)
         .bind(site)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.0.pool())
         .await?;
         let Some(row) = row else {
             return Ok(None);

@@ -9,20 +9,30 @@ use super::Store;
 use super::error::StoreResult;
 use crate::knowledge::Document;
 
+/// The knowledge documents a site answers from, and their version.
+#[derive(Clone, Copy)]
+pub struct Documents<'s>(&'s Store);
+
 impl Store {
-    pub async fn knowledge_version(&self, site: &str) -> StoreResult<i64> {
+    pub fn knowledge(&self) -> Documents<'_> {
+        Documents(self)
+    }
+}
+
+impl Documents<'_> {
+    pub async fn version(self, site: &str) -> StoreResult<i64> {
         let version: Option<i64> =
             sqlx::query_scalar("SELECT version FROM knowledge_versions WHERE site = $1")
                 .bind(site)
-                .fetch_optional(self.pool())
+                .fetch_optional(self.0.pool())
                 .await?;
         Ok(version.unwrap_or(0))
     }
 
     /// Replaces a site's documents with `documents`, writing only what changed,
     /// and moves its version when anything did. Returns the version now.
-    pub async fn save_knowledge(&self, site: &str, documents: &[Document]) -> StoreResult<i64> {
-        let mut tx = self.writer().begin().await?;
+    pub async fn save(self, site: &str, documents: &[Document]) -> StoreResult<i64> {
+        let mut tx = self.0.writer().begin().await?;
         // A write first, so the transaction holds the write lock before it
         // reads: on SQLite a transaction that reads first and writes after
         // another process (a second replica, a `deskbell ingest`) committed
@@ -89,8 +99,8 @@ impl Store {
     }
 
     /// A site's documents with the version they belong to.
-    pub async fn knowledge_documents(&self, site: &str) -> StoreResult<(i64, Vec<Document>)> {
-        let mut tx = self.pool().begin().await?;
+    pub async fn documents(self, site: &str) -> StoreResult<(i64, Vec<Document>)> {
+        let mut tx = self.0.pool().begin().await?;
         let version: Option<i64> =
             sqlx::query_scalar("SELECT version FROM knowledge_versions WHERE site = $1")
                 .bind(site)

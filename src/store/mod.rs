@@ -6,23 +6,19 @@
 //! maps only the common scalar types.
 
 mod audit;
-mod budgets;
-mod bulk;
+mod binds;
+mod budget;
 mod calls;
 mod cards;
-mod console;
 mod conversations;
 mod error;
-mod group;
 pub mod ingests;
 mod installation;
 mod knowledge;
-mod known_budget;
 mod migrate;
 mod operators;
 mod overrides;
 mod ownership;
-mod site_reads;
 pub mod stored;
 mod turns;
 mod usage;
@@ -30,11 +26,12 @@ mod visitors;
 
 pub use crate::budget::{BudgetShare, Reservation};
 pub use crate::states::{AuditEvent, CallKind, CallStatus, MessageStatus, Reason, Role};
-pub use audit::AuditRow;
+pub use audit::{AuditFilter, AuditRow};
 pub use calls::CallRow;
 pub use cards::Decided;
-pub use console::{AuditFilter, ConversationFilter, ConversationListRow, SEARCH_WINDOW};
-pub use conversations::{MessageRow, STREAMING};
+pub use conversations::{
+    ConversationFilter, ConversationListRow, MessageRow, SEARCH_WINDOW, STREAMING,
+};
 pub use error::{StoreError, StoreResult};
 pub use ingests::IngestJobRow;
 pub use operators::{OperatorRow, SessionRow, TokenRow};
@@ -81,7 +78,7 @@ pub struct Store {
     writer: AnyPool,
     backend: Backend,
     /// SQLite only: commits turns' starts and ends together (see `turns.rs`).
-    group: Option<group::GroupCommit>,
+    group: Option<turns::GroupCommit>,
     /// This process's lease, its length and the fence of what it starts
     /// (`ownership`).
     lease: std::sync::Arc<ownership::Lease>,
@@ -89,9 +86,9 @@ pub struct Store {
     /// `ownership::FileLock`), and whether it was the only process when it started.
     file_lock: Option<std::sync::Arc<ownership::FileLock>>,
     /// The questions' budget and tool-version reads, shared when they coincide.
-    site_reads: std::sync::Arc<site_reads::SiteReads>,
+    site_reads: std::sync::Arc<budget::SiteReads>,
     /// The sites' budgets as this replica last read and reserved them.
-    known_budgets: std::sync::Arc<known_budget::KnownBudgets>,
+    known_budgets: std::sync::Arc<budget::KnownBudgets>,
     /// When this process last forgot old sign-in failures and their keys.
     login_keys_purged_at: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
@@ -203,7 +200,7 @@ impl Store {
                     .await?;
                 let pool = open(4).await.with_context(context)?;
                 Store {
-                    group: Some(group::GroupCommit::start(writer.clone())),
+                    group: Some(turns::GroupCommit::start(writer.clone())),
                     pool,
                     writer,
                     backend,
@@ -221,7 +218,7 @@ impl Store {
                     // Every turn's start and end lock its site's budget row: in
                     // separate transactions they queue on that lock one commit
                     // at a time; together they share one.
-                    group: group_commit.then(|| group::GroupCommit::start(pool.clone())),
+                    group: group_commit.then(|| turns::GroupCommit::start(pool.clone())),
                     pool,
                     backend,
                     lease: std::sync::Arc::new(ownership::Lease::new(DEFAULT_LEASE_MS)),

@@ -33,9 +33,19 @@ pub struct SessionRow {
     pub last_seen_at: Millis,
 }
 
+/// Operators, their API tokens, console sessions and sign-in attempts (SPEC §15).
+#[derive(Clone, Copy)]
+pub struct Operators<'s>(&'s Store);
+
 impl Store {
+    pub fn operators(&self) -> Operators<'_> {
+        Operators(self)
+    }
+}
+
+impl Operators<'_> {
     /// Creates an operator; `false` when the email is already taken.
-    pub async fn add_operator(&self, operator: &OperatorRow, now: Millis) -> StoreResult<bool> {
+    pub async fn add(self, operator: &OperatorRow, now: Millis) -> StoreResult<bool> {
         let done = sqlx::query(
             "INSERT INTO operators (email, role, password_hash, created_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (email) DO NOTHING",
@@ -44,15 +54,15 @@ impl Store {
         .bind(operator.role.as_str())
         .bind(&operator.password_hash)
         .bind(now)
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         Ok(done.rows_affected() == 1)
     }
 
-    pub async fn operator(&self, email: &str) -> StoreResult<Option<OperatorRow>> {
+    pub async fn get(self, email: &str) -> StoreResult<Option<OperatorRow>> {
         let row = sqlx::query("SELECT email, role, password_hash FROM operators WHERE email = $1")
             .bind(email)
-            .fetch_optional(self.pool())
+            .fetch_optional(self.0.pool())
             .await?;
         Ok(row
             .map(|r| -> Result<_, sqlx::Error> {
@@ -65,14 +75,14 @@ impl Store {
             .transpose()?)
     }
 
-    pub async fn operator_count(&self) -> StoreResult<i64> {
+    pub async fn count(self) -> StoreResult<i64> {
         let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM operators")
-            .fetch_one(self.pool())
+            .fetch_one(self.0.pool())
             .await?;
         Ok(n)
     }
 
-    pub async fn add_token(&self, token: &TokenRow, hash: &str) -> StoreResult<()> {
+    pub async fn add_token(self, token: &TokenRow, hash: &str) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO operator_tokens (id, name, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)",
         )
@@ -81,65 +91,65 @@ impl Store {
         .bind(token.role.as_str())
         .bind(hash)
         .bind(token.created_at)
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         Ok(())
     }
 
     /// The unrevoked token with this hash.
-    pub async fn token_by_hash(&self, hash: &str) -> StoreResult<Option<TokenRow>> {
+    pub async fn token_by_hash(self, hash: &str) -> StoreResult<Option<TokenRow>> {
         let row = sqlx::query(
             "SELECT id, name, role, created_at, revoked_at FROM operator_tokens \
              WHERE hash = $1 AND revoked_at IS NULL",
         )
         .bind(hash)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.0.pool())
         .await?;
         Ok(row.as_ref().map(token).transpose()?)
     }
 
-    pub async fn tokens(&self) -> StoreResult<Vec<TokenRow>> {
+    pub async fn tokens(self) -> StoreResult<Vec<TokenRow>> {
         let rows = sqlx::query(
             "SELECT id, name, role, created_at, revoked_at FROM operator_tokens ORDER BY created_at, id",
         )
-        .fetch_all(self.pool())
+        .fetch_all(self.0.pool())
         .await?;
         Ok(rows.iter().map(token).collect::<Result<_, _>>()?)
     }
 
     /// Revokes a token; `false` when there is no such unrevoked token.
-    pub async fn revoke_token(&self, id: &str, now: Millis) -> StoreResult<bool> {
+    pub async fn revoke_token(self, id: &str, now: Millis) -> StoreResult<bool> {
         let done = sqlx::query(
             "UPDATE operator_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
         )
         .bind(id)
         .bind(now)
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         Ok(done.rows_affected() == 1)
     }
 
-    pub async fn add_session(&self, id: &str, email: &str, now: Millis) -> StoreResult<()> {
+    pub async fn add_session(self, id: &str, email: &str, now: Millis) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO operator_sessions (id, email, created_at, last_seen_at) VALUES ($1, $2, $3, $3)",
         )
         .bind(id)
         .bind(email)
         .bind(now)
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         Ok(())
     }
 
     /// The unrevoked session with this id, with its operator's current role; a
     /// session whose operator no longer exists is no session.
-    pub async fn session(&self, id: &str) -> StoreResult<Option<SessionRow>> {
+    pub async fn session(self, id: &str) -> StoreResult<Option<SessionRow>> {
         let row = sqlx::query(
             "SELECT s.email, o.role, s.last_seen_at FROM operator_sessions s \
              JOIN operators o ON o.email = s.email WHERE s.id = $1 AND s.revoked_at IS NULL",
         )
         .bind(id)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.0.pool())
         .await?;
         Ok(row
             .map(|r| -> Result<_, sqlx::Error> {
@@ -152,22 +162,22 @@ impl Store {
             .transpose()?)
     }
 
-    pub async fn touch_session(&self, id: &str, now: Millis) -> StoreResult<()> {
+    pub async fn touch_session(self, id: &str, now: Millis) -> StoreResult<()> {
         sqlx::query("UPDATE operator_sessions SET last_seen_at = $2 WHERE id = $1")
             .bind(id)
             .bind(now)
-            .execute(self.writer())
+            .execute(self.0.writer())
             .await?;
         Ok(())
     }
 
-    pub async fn revoke_session(&self, id: &str, now: Millis) -> StoreResult<()> {
+    pub async fn revoke_session(self, id: &str, now: Millis) -> StoreResult<()> {
         sqlx::query(
             "UPDATE operator_sessions SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
         )
         .bind(id)
         .bind(now)
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         Ok(())
     }
@@ -177,13 +187,13 @@ impl Store {
     /// included — and the earliest of them. Counted after the insert, in one
     /// transaction: of attempts made at once, the later ones see the earlier.
     pub async fn begin_login_attempt(
-        &self,
+        self,
         attempt: &str,
         keys: &[&str],
         now: Millis,
         since: Millis,
     ) -> StoreResult<Vec<(i64, Millis)>> {
-        let mut tx = self.writer().begin().await?;
+        let mut tx = self.0.writer().begin().await?;
         // Each key's row is locked first, in one order (sorted), so attempts of
         // one key made at once count one after another instead of side by side.
         let mut locked: Vec<&str> = keys.to_vec();
@@ -228,10 +238,10 @@ impl Store {
     }
 
     /// Forgets an attempt: it succeeded, or it was refused before any check.
-    pub async fn forget_login_attempt(&self, attempt: &str) -> StoreResult<()> {
+    pub async fn forget_login_attempt(self, attempt: &str) -> StoreResult<()> {
         sqlx::query("DELETE FROM operator_login_failures WHERE attempt = $1")
             .bind(attempt)
-            .execute(self.writer())
+            .execute(self.0.writer())
             .await?;
         Ok(())
     }
@@ -241,11 +251,12 @@ impl Store {
     /// (`begin_login_attempt`), so a flood of attempts with made-up emails leaves
     /// no rows behind for longer than the window and a minute, and the scan
     /// runs once a minute, not once an attempt.
-    pub async fn purge_login_keys(&self, now: Millis) -> StoreResult<()> {
+    pub async fn purge_login_keys(self, now: Millis) -> StoreResult<()> {
         use std::sync::atomic::Ordering;
-        let last = self.login_keys_purged_at.load(Ordering::Acquire);
+        let last = self.0.login_keys_purged_at.load(Ordering::Acquire);
         let due = now - last >= 60_000
             && self
+                .0
                 .login_keys_purged_at
                 .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok();
@@ -257,23 +268,23 @@ impl Store {
 
     /// In a transaction of its own that locks nothing else first, so it waits
     /// for attempts, never deadlocks with one.
-    async fn forget_unused_login_keys(&self) -> StoreResult<()> {
+    async fn forget_unused_login_keys(self) -> StoreResult<()> {
         sqlx::query(
             "DELETE FROM operator_login_keys WHERE key NOT IN (SELECT key FROM operator_login_failures)",
         )
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         Ok(())
     }
 
     /// Forgets sessions revoked or idle past `idle_before`, and sign-in keys
     /// with no failure left.
-    pub async fn purge_sessions(&self, idle_before: Millis) -> StoreResult<()> {
+    pub async fn purge_sessions(self, idle_before: Millis) -> StoreResult<()> {
         sqlx::query(
             "DELETE FROM operator_sessions WHERE last_seen_at < $1 OR revoked_at IS NOT NULL",
         )
         .bind(idle_before)
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         self.forget_unused_login_keys().await
     }

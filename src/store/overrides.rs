@@ -22,12 +22,22 @@ pub struct ToolOverride {
     pub changed_at: Millis,
 }
 
+/// The console's changes to a site's tools, and their version (SPEC §15).
+#[derive(Clone, Copy)]
+pub struct ToolOverrides<'s>(&'s Store);
+
 impl Store {
+    pub fn tools(&self) -> ToolOverrides<'_> {
+        ToolOverrides(self)
+    }
+}
+
+impl ToolOverrides<'_> {
     /// The version of a site's tool overrides: 0 before any change.
-    pub async fn tool_version(&self, site: &str) -> StoreResult<i64> {
+    pub async fn version(self, site: &str) -> StoreResult<i64> {
         let row = sqlx::query("SELECT version FROM tool_versions WHERE site = $1")
             .bind(site)
-            .fetch_optional(self.pool())
+            .fetch_optional(self.0.pool())
             .await?;
         Ok(match row {
             Some(r) => r.try_get("version")?,
@@ -36,8 +46,8 @@ impl Store {
     }
 
     /// The site's overrides with the version they belong to, read together.
-    pub async fn tool_overrides(&self, site: &str) -> StoreResult<(i64, Vec<ToolOverride>)> {
-        let mut tx = self.pool().begin().await?;
+    pub async fn overrides(self, site: &str) -> StoreResult<(i64, Vec<ToolOverride>)> {
+        let mut tx = self.0.pool().begin().await?;
         let version: Option<i64> =
             sqlx::query_scalar("SELECT version FROM tool_versions WHERE site = $1")
                 .bind(site)
@@ -72,12 +82,12 @@ impl Store {
     /// tool is closed as stale, and the `tool_changed` row is written with the
     /// policy that now holds (`file_policy` when nothing overrides it). Returns the
     /// cards closed.
-    pub async fn change_tool(
-        &self,
+    pub async fn change(
+        self,
         change: &ToolEdit<'_>,
         mut audit: AuditRow,
     ) -> StoreResult<Vec<CallRow>> {
-        let mut tx = self.writer().begin().await?;
+        let mut tx = self.0.writer().begin().await?;
         if change.reset {
             sqlx::query("DELETE FROM tool_overrides WHERE site = $1 AND tool = $2")
                 .bind(change.site)

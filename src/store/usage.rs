@@ -12,17 +12,24 @@ use super::error::StoreResult;
 use crate::clock::Millis;
 use crate::states::Role;
 
+/// The console's usage figures (SPEC §15).
+#[derive(Clone, Copy)]
+pub struct UsageReads<'s>(&'s Store);
+
 impl Store {
+    pub fn usage(&self) -> UsageReads<'_> {
+        UsageReads(self)
+    }
+}
+
+impl UsageReads<'_> {
     /// The tokens each answer of a conversation cost, by message id.
-    pub async fn usage_by_message(
-        &self,
-        conversation: &str,
-    ) -> StoreResult<HashMap<String, (i64, i64)>> {
+    pub async fn by_message(self, conversation: &str) -> StoreResult<HashMap<String, (i64, i64)>> {
         let rows = sqlx::query(
             "SELECT id, input_tokens, output_tokens FROM messages WHERE conversation = $1 AND role = 'assistant'",
         )
         .bind(conversation)
-        .fetch_all(self.pool())
+        .fetch_all(self.0.pool())
         .await?;
         rows.iter()
             .map(|r| {
@@ -37,8 +44,8 @@ impl Store {
 
     /// Per UTC day number (days since the epoch) from `since`: visitor
     /// questions, and the tokens answers cost.
-    pub async fn usage_turns(
-        &self,
+    pub async fn turns(
+        self,
         site: &str,
         since: Millis,
     ) -> StoreResult<HashMap<i64, (i64, i64, i64)>> {
@@ -52,7 +59,7 @@ impl Store {
         .bind(site)
         .bind(since)
         .bind(Role::Visitor.as_str())
-        .fetch_all(self.pool())
+        .fetch_all(self.0.pool())
         .await?;
         let mut days = HashMap::new();
         for r in &rows {
@@ -63,8 +70,8 @@ impl Store {
     }
 
     /// Per UTC day number from `since`: audit rows counted by event and policy.
-    pub async fn usage_events(
-        &self,
+    pub async fn events(
+        self,
         site: &str,
         since: Millis,
     ) -> StoreResult<Vec<(i64, String, String, i64)>> {
@@ -74,7 +81,7 @@ impl Store {
         )
         .bind(site)
         .bind(since)
-        .fetch_all(self.pool())
+        .fetch_all(self.0.pool())
         .await?;
         rows.iter()
             .map(|r| {
@@ -85,23 +92,6 @@ impl Store {
                     r.try_get("n")?,
                 ))
             })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
-    }
-
-    /// What the budget was charged on each day (`YYYY-MM-DD`) from `since_day`.
-    pub async fn budget_spent_since(
-        &self,
-        site: &str,
-        since_day: &str,
-    ) -> StoreResult<HashMap<String, i64>> {
-        let rows = sqlx::query("SELECT day, spent FROM budgets WHERE site = $1 AND day >= $2")
-            .bind(site)
-            .bind(since_day)
-            .fetch_all(self.pool())
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("day")?, r.try_get("spent")?)))
             .collect::<Result<_, sqlx::Error>>()
             .map_err(Into::into)
     }

@@ -5,9 +5,19 @@ use super::error::StoreResult;
 use crate::clock::Millis;
 use crate::ids::new_id;
 
+/// Visitors and the user ids they are signed in as (SPEC §4).
+#[derive(Clone, Copy)]
+pub struct Visitors<'s>(&'s Store);
+
 impl Store {
+    pub fn visitors(&self) -> Visitors<'_> {
+        Visitors(self)
+    }
+}
+
+impl Visitors<'_> {
     /// A new anonymous visitor of a site.
-    pub async fn create_visitor(&self, site: &str, now: Millis) -> StoreResult<String> {
+    pub async fn create(self, site: &str, now: Millis) -> StoreResult<String> {
         let id = new_id("v");
         sqlx::query(
             "INSERT INTO visitors (id, site, user_id, created_at) VALUES ($1, $2, NULL, $3)",
@@ -15,21 +25,16 @@ impl Store {
         .bind(&id)
         .bind(site)
         .bind(now)
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         Ok(id)
     }
 
     /// The visitor bound to a verified user of a site, created on first use. Two
     /// devices racing here get the same visitor: the primary key decides.
-    pub async fn visitor_for_user(
-        &self,
-        site: &str,
-        user_id: &str,
-        now: Millis,
-    ) -> StoreResult<String> {
+    pub async fn for_user(self, site: &str, user_id: &str, now: Millis) -> StoreResult<String> {
         let candidate = new_id("v");
-        let mut tx = self.writer().begin().await?;
+        let mut tx = self.0.writer().begin().await?;
         let inserted = sqlx::query("INSERT INTO identities (site, user_id, visitor) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
             .bind(site)
             .bind(user_id)
@@ -58,10 +63,10 @@ impl Store {
     }
 
     /// The verified user id a visitor is bound to, if any.
-    pub async fn visitor_user(&self, visitor: &str) -> StoreResult<Option<String>> {
+    pub async fn user(self, visitor: &str) -> StoreResult<Option<String>> {
         let row = sqlx::query("SELECT user_id FROM visitors WHERE id = $1")
             .bind(visitor)
-            .fetch_optional(self.pool())
+            .fetch_optional(self.0.pool())
             .await?;
         Ok(match row {
             Some(row) => row.try_get("user_id")?,

@@ -118,7 +118,7 @@ impl Catalog {
     }
 
     async fn refresh(&self, store: &Store) -> anyhow::Result<Arc<Toolbox>> {
-        let version = store.tool_version(&self.site).await?;
+        let version = store.tools().version(&self.site).await?;
         self.refresh_to(store, version).await
     }
 
@@ -130,7 +130,7 @@ impl Catalog {
                 return Ok(Arc::clone(&current.toolbox));
             }
         }
-        let (version, overrides) = store.tool_overrides(&self.site).await?;
+        let (version, overrides) = store.tools().overrides(&self.site).await?;
         let overrides: HashMap<String, ToolOverride> =
             overrides.into_iter().map(|o| (o.tool.clone(), o)).collect();
         let base = Arc::new(base(&self.file, &self.servers));

@@ -54,10 +54,14 @@ async fn create(
         }
     };
     let (visitor, user_id) = match verified {
-        None => (app.store.create_visitor(&site.config.id, now).await?, None),
+        None => (
+            app.store.visitors().create(&site.config.id, now).await?,
+            None,
+        ),
         Some(user_id) => (
             app.store
-                .visitor_for_user(&site.config.id, &user_id, now)
+                .visitors()
+                .for_user(&site.config.id, &user_id, now)
                 .await?,
             Some(user_id),
         ),

@@ -54,7 +54,14 @@ async fn the_answer_and_its_usage_are_saved_and_shown_in_history() {
         r.event("done")["usage"],
         json!({"input_tokens": 123, "output_tokens": 45})
     );
-    let usage = t.app.store.message_usage(&message).await.unwrap().unwrap();
+    let usage = t
+        .app
+        .store
+        .conversations()
+        .message_usage(&message)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((usage.input_tokens, usage.output_tokens), (123, 45));
     let h = t.history(&token, &conversation).await;
     assert_eq!(h.status, 200);
@@ -342,7 +349,8 @@ async fn a_failing_write_in_a_group_commit_fails_alone() {
     let mut starts: Vec<TurnStart> = ids.iter().map(|id| start(id)).collect();
     starts.push(start(&ids[0]));
     let results =
-        futures_util::future::join_all(starts.into_iter().map(|s| t.app.store.begin_turn(s))).await;
+        futures_util::future::join_all(starts.into_iter().map(|s| t.app.store.turns().begin(s)))
+            .await;
     assert_eq!(
         results
             .iter()
@@ -354,7 +362,13 @@ async fn a_failing_write_in_a_group_commit_fails_alone() {
     // Each conversation holds its own two messages; the duplicate's were rolled back.
     for id in &ids {
         assert_eq!(
-            t.app.store.last_messages(id, 10).await.unwrap().len(),
+            t.app
+                .store
+                .conversations()
+                .last_messages(id, 10)
+                .await
+                .unwrap()
+                .len(),
             2,
             "{id}"
         );

@@ -37,7 +37,7 @@ async fn a_confirm_call_stops_the_turn_with_a_card_and_runs_nothing() {
     );
     let call = card["call"].as_str().unwrap();
     assert_eq!(t.audit_events(call).await, ["requested"]);
-    let audit = t.app.store.audit_for_call(call).await.unwrap();
+    let audit = t.app.store.audit().for_call(call).await.unwrap();
     assert_eq!(audit[0].policy.as_str(), "confirm");
     assert_eq!(audit[0].arguments, r#"{"order_id":42}"#);
 
@@ -118,7 +118,7 @@ async fn confirming_runs_exactly_the_shown_arguments_once_and_answers_in_a_new_b
         t.audit_events(call).await,
         ["requested", "confirmed", "executed"]
     );
-    let executed = &t.app.store.audit_for_call(call).await.unwrap()[2];
+    let executed = &t.app.store.audit().for_call(call).await.unwrap()[2];
     assert_eq!(executed.http_status, Some(200));
     assert!(executed.duration_ms.is_some());
 

@@ -81,7 +81,7 @@ async fn the_export_walks_past_a_page_and_no_cell_can_start_a_formula() {
         let mut row = template.clone();
         row.at += i / 10 + 1;
         row.call = format!("call_{i}");
-        t.app.store.append_audit(&row).await.unwrap();
+        t.app.store.audit().append(&row).await.unwrap();
     }
     let export = |format: &str| {
         std::process::Command::new(env!("CARGO_BIN_EXE_deskbell"))

@@ -34,7 +34,7 @@ fn tool_call(name: &str, arguments: &str) -> Script {
 
 /// The arguments of the audit row, parsed.
 async fn audited_arguments(t: &TestApp, call: &str) -> Value {
-    let rows = t.app.store.audit_for_call(call).await.unwrap();
+    let rows = t.app.store.audit().for_call(call).await.unwrap();
     serde_json::from_str(&rows[0].arguments).unwrap()
 }
 
@@ -226,13 +226,14 @@ async fn decide_after_expiry(swept: bool) -> deskbell::store::Decided {
     let call = t
         .app
         .store
-        .call(card["call"].as_str().unwrap())
+        .calls()
+        .get(card["call"].as_str().unwrap())
         .await
         .unwrap()
         .unwrap();
     let after = call.expires_at.unwrap() + 1;
     if swept {
-        t.app.store.expire_due(after, None).await.unwrap();
+        t.app.store.cards().expire_due(after, None).await.unwrap();
     }
     let bubble = continuation_bubble(&call, after);
     // When swept, the decision still believes the call pending, its clock read
@@ -241,6 +242,7 @@ async fn decide_after_expiry(swept: bool) -> deskbell::store::Decided {
     let confirmed = deskbell::store::CallStatus::Confirmed;
     t.app
         .store
+        .cards()
         .decide(&call, confirmed, None, now, &bubble, None)
         .await
         .unwrap()
@@ -283,7 +285,7 @@ async fn a_stored_transcript_that_does_not_parse_leaves_the_card_undecided() {
         ["requested"],
         "nothing was decided"
     );
-    let stored = t.app.store.call(call).await.unwrap().unwrap();
+    let stored = t.app.store.calls().get(call).await.unwrap().unwrap();
     assert_eq!(stored.status.as_str(), "pending");
 }
 
@@ -345,7 +347,7 @@ fn a_batchs_rows_come_back_exactly_for_any_text() {
     let t = runtime.block_on(TestApp::start());
     let db = runtime.block_on(t.db());
     let store = &t.app.store;
-    let owner = store.fence();
+    let owner = store.leases().fence();
     let share = BudgetShare {
         site: "acme".into(),
         day: "2026-12-01".into(),
@@ -404,10 +406,10 @@ fn a_batchs_rows_come_back_exactly_for_any_text() {
                     });
                 }
                 let (reserved, spent) = budget(db.clone()).await;
-                let begun = store.write_batch(&[], &starts).await.unwrap();
+                let begun = store.turns().write_batch(&[], &starts).await.unwrap();
                 assert_eq!(begun, [Reservation::Reserved; 3]);
                 assert_eq!(budget(db.clone()).await, (reserved + 300, spent));
-                store.write_batch(&ends, &[]).await.unwrap();
+                store.turns().write_batch(&ends, &[]).await.unwrap();
                 assert_eq!(budget(db.clone()).await, (reserved, spent + 48));
                 for ((question, answer, citations), start) in texts.iter().zip(&starts) {
                     let read = |id: &str| {

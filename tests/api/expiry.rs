@@ -23,7 +23,7 @@ async fn a_late_answer_is_refused_and_the_card_reads_expired() {
         t.audit_events(call).await,
         ["requested", "expired", "refused:late", "refused:late"]
     );
-    let expired = &t.app.store.audit_for_call(call).await.unwrap()[1];
+    let expired = &t.app.store.audit().for_call(call).await.unwrap()[1];
     assert_eq!(
         expired.at,
         crate::support::card_expires_ms(&card),
@@ -47,6 +47,7 @@ async fn a_card_expires_whether_or_not_anybody_answers() {
     assert!(
         t.app
             .store
+            .cards()
             .expire_due(deskbell::clock::Clock::now_ms(&*t.clock), None)
             .await
             .unwrap()
@@ -56,6 +57,7 @@ async fn a_card_expires_whether_or_not_anybody_answers() {
     let swept = t
         .app
         .store
+        .cards()
         .expire_due(deskbell::clock::Clock::now_ms(&*t.clock), None)
         .await
         .unwrap();
@@ -123,7 +125,8 @@ async fn a_new_message_after_a_card_ran_out_closes_it_as_expired() {
     let rows = t
         .app
         .store
-        .calls_in_conversation(&conversation)
+        .calls()
+        .in_conversation(&conversation)
         .await
         .unwrap();
     let expires = crate::support::card_expires_ms(&card);
@@ -165,8 +168,8 @@ async fn cards_closed_in_one_batch_are_each_judged_at_their_own_questions_time()
     // A current-thread test runtime: both reach the writer before it runs, so
     // they are one batch.
     let (a, b) = tokio::join!(
-        t.app.store.begin_turn(start(&first, expires - 1)),
-        t.app.store.begin_turn(start(&second, expires + 1))
+        t.app.store.turns().begin(start(&first, expires - 1)),
+        t.app.store.turns().begin(start(&second, expires + 1))
     );
     assert_eq!(
         (a.unwrap(), b.unwrap()),

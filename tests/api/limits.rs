@@ -162,7 +162,7 @@ async fn a_spent_daily_budget_refuses_turns_until_midnight_utc_and_survives_a_re
     let now = deskbell::clock::Clock::now_ms(&*t.clock);
     assert_eq!(retry_after(&r), deskbell::budget::seconds_to_midnight(now));
     let day = deskbell::budget::utc_day(now);
-    assert_eq!(t.app.store.budget_spent("acme", &day).await.unwrap(), 140);
+    assert_eq!(t.app.store.budget().spent("acme", &day).await.unwrap(), 140);
 
     let restarted = t
         .replica(|c| {
@@ -241,7 +241,7 @@ async fn turns_running_at_once_overshoot_the_budget_by_at_most_one_turns_cap() {
             .all(|r| r.status == 200 || r.code() == "too_many_streams")
     );
     let day = deskbell::budget::utc_day(deskbell::clock::Clock::now_ms(&*t.clock));
-    let spent = t.app.store.budget_spent("acme", &day).await.unwrap();
+    let spent = t.app.store.budget().spent("acme", &day).await.unwrap();
     assert!(spent <= 100 + 50, "spent {spent}");
     assert_eq!(spent, 50 * admitted as i64);
     assert!(admitted >= 2);
@@ -413,7 +413,7 @@ async fn budget_reservations_batched_by_two_processes_pass_exactly_as_one_by_one
             } else {
                 &b.app.store
             };
-            store.begin_turn(start(n))
+            store.turns().begin(start(n))
         });
         let results = futures_util::future::join_all(starts).await;
         let reserved = results
@@ -459,7 +459,7 @@ async fn a_turn_reserves_no_more_than_the_whole_daily_budget() {
     assert_eq!(r.status, 200, "{:?}", r.json);
     assert_eq!(t.llm.requests().len(), 1, "no model round past the budget");
     let day = deskbell::budget::utc_day(deskbell::clock::Clock::now_ms(&*t.clock));
-    assert_eq!(t.app.store.budget_spent("acme", &day).await.unwrap(), 110);
+    assert_eq!(t.app.store.budget().spent("acme", &day).await.unwrap(), 110);
     assert_eq!(
         t.question(&token, None, "And now?").await.code(),
         "daily_budget_exhausted"

@@ -412,7 +412,12 @@ fn operator_add_reads_the_password_from_standard_input_and_token_prints_one_that
         let store = deskbell::store::Store::connect(&url, Default::default())
             .await
             .unwrap();
-        let eve = store.operator("eve@example.test").await.unwrap().unwrap();
+        let eve = store
+            .operators()
+            .get("eve@example.test")
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(eve.role, OperatorRole::Agent);
         assert!(eve.password_hash.starts_with("$argon2id$"));
         assert!(deskbell::operator::accounts::verify_password(
@@ -425,7 +430,12 @@ fn operator_add_reads_the_password_from_standard_input_and_token_prints_one_that
             .unwrap();
         let hash = deskbell::operator::accounts::token_hash(text);
         assert!(
-            store.token_by_hash(&hash).await.unwrap().is_some(),
+            store
+                .operators()
+                .token_by_hash(&hash)
+                .await
+                .unwrap()
+                .is_some(),
             "the printed token is the stored one"
         );
     });

@@ -478,7 +478,7 @@ async fn a_word_search_reads_a_window_at_a_time_and_its_cursor_goes_on() {
     let mut pages = 0;
     let found = loop {
         pages += 1;
-        let (rows, window_end) = t.app.store.list_conversations(&filter).await.unwrap();
+        let (rows, window_end) = t.app.store.conversations().list(&filter).await.unwrap();
         if let Some(row) = rows.first() {
             break row.id.clone();
         }

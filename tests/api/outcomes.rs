@@ -85,7 +85,7 @@ async fn a_turn_whose_commits_were_reported_failed_but_went_through_is_answered_
     t.llm.push(Script::text("Hello there."));
     let token = t.visitor().await;
     // The turn's start, then its end: each in a batch of its own.
-    t.app.store.report_commits_failed(2);
+    t.app.store.turns().report_commits_failed(2);
     let r = t.question(&token, None, "Hi").await;
     assert_eq!(r.status, 200, "{:?}", r.json);
     assert_eq!(r.text(), "Hello there.");

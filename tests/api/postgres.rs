@@ -146,8 +146,8 @@ async fn a_failing_start_in_a_group_commit_fails_alone() {
             budget: None,
         }
     };
-    t.app.store.begin_turn(start(0, true)).await.unwrap();
-    let starts = (1..=20).map(|n| t.app.store.begin_turn(start(n, n == 10)));
+    t.app.store.turns().begin(start(0, true)).await.unwrap();
+    let starts = (1..=20).map(|n| t.app.store.turns().begin(start(n, n == 10)));
     let results = futures_util::future::join_all(starts).await;
     for (i, r) in results.iter().enumerate() {
         let n = i + 1;
@@ -170,21 +170,50 @@ async fn a_failing_start_in_a_group_commit_fails_alone() {
 async fn a_duty_is_held_by_one_process_until_its_hold_lapses() {
     let a = crate::support::TestApp::start().await;
     let b = a.replica(|_| {}).await;
-    assert!(a.app.store.hold_duty("test_duty", 1_000).await.unwrap());
     assert!(
-        !b.app.store.hold_duty("test_duty", 1_000).await.unwrap(),
+        a.app
+            .store
+            .leases()
+            .hold_duty("test_duty", 1_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !b.app
+            .store
+            .leases()
+            .hold_duty("test_duty", 1_000)
+            .await
+            .unwrap(),
         "held by a"
     );
     assert!(
-        a.app.store.hold_duty("test_duty", 1_000).await.unwrap(),
+        a.app
+            .store
+            .leases()
+            .hold_duty("test_duty", 1_000)
+            .await
+            .unwrap(),
         "a renews its own"
     );
     tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
     assert!(
-        b.app.store.hold_duty("test_duty", 1_000).await.unwrap(),
+        b.app
+            .store
+            .leases()
+            .hold_duty("test_duty", 1_000)
+            .await
+            .unwrap(),
         "lapsed: b takes it"
     );
-    assert!(!a.app.store.hold_duty("test_duty", 1_000).await.unwrap());
+    assert!(
+        !a.app
+            .store
+            .leases()
+            .hold_duty("test_duty", 1_000)
+            .await
+            .unwrap()
+    );
 }
 
 /// Every connection to PostgreSQL sends at once (`TCP_NODELAY`, patched into

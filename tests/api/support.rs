@@ -335,7 +335,8 @@ impl TestApp {
     pub async fn audit(&self) -> Vec<deskbell::store::AuditRow> {
         self.app
             .store
-            .audit_page(None, None, i64::MAX)
+            .audit()
+            .page(None, None, i64::MAX)
             .await
             .unwrap()
             .into_iter()
@@ -345,7 +346,7 @@ impl TestApp {
 
     /// Audit events of one call, in order.
     pub async fn audit_events(&self, call: &str) -> Vec<String> {
-        let rows = self.app.store.audit_for_call(call).await.unwrap();
+        let rows = self.app.store.audit().for_call(call).await.unwrap();
         rows.iter()
             .map(|r| match &r.reason {
                 Some(reason) => format!("{}:{reason}", r.event),

@@ -53,7 +53,7 @@ async fn a_turn_whose_provider_reports_no_usage_is_charged_an_estimate() {
     let r = t.question(&token, None, "hi").await;
     assert_eq!(r.event("done")["status"], "answered");
     let day = deskbell::budget::utc_day(deskbell::clock::Clock::now_ms(&*t.clock));
-    let spent = t.app.store.budget_spent("acme", &day).await.unwrap();
+    let spent = t.app.store.budget().spent("acme", &day).await.unwrap();
     assert!(spent > 10, "an estimate was charged, not zero: {spent}");
 }
 

@@ -192,7 +192,7 @@ impl Turn {
             row.policy.as_str(),
             "refused",
         );
-        Ok(self.app.store.insert_call(&row, &audit).await?)
+        Ok(self.app.store.calls().insert(&row, &audit).await?)
     }
 
     async fn run_auto(
@@ -218,7 +218,7 @@ impl Turn {
         // The fencing tests pause here: the answer may be taken over before
         // its call exists.
         crate::crashpoint::reached("before_call_insert");
-        self.app.store.insert_call(&row, &[requested]).await?;
+        self.app.store.calls().insert(&row, &[requested]).await?;
         let (outcome, status) = self.run_tool(&row.id, tool, &arguments.value).await?;
         confirm::run::record(&self.app, &row, &outcome, status, &self.fence).await?;
         self.sink.send(step_event(&row.id, tool, status)).await;

@@ -89,8 +89,9 @@ impl Turn {
         };
         let store = &self.app.store;
         let saved = store
+            .leases()
             .until_written(&self.fence, "an answer's end", || {
-                store.finish_turn(end.clone())
+                store.turns().finish(end.clone())
             })
             .await;
         if let Err(crate::store::StoreError::TakenOver) = saved {

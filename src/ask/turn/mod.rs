@@ -136,7 +136,7 @@ impl Turn {
         let deadline = now + std::time::Duration::from_secs_f64(app.config.llm.turn_timeout_s);
         sink.until(deadline);
         let tools = caller.site.tools.snapshot();
-        let fence = app.store.fence();
+        let fence = app.store.leases().fence();
         Self {
             app,
             caller,
@@ -188,7 +188,7 @@ impl Turn {
     fn reserved(&mut self) {
         if let Some(a) = self.admission.as_mut() {
             a.mark_reserved();
-            self.app.store.note_reserved(a.share());
+            self.app.store.budget().note_reserved(a.share());
         }
     }
 
@@ -216,8 +216,11 @@ impl Turn {
         let spent = crate::budget::spent(self.usage, self.unreported);
         let store = &self.app.store;
         let failed = store
+            .leases()
             .until_written(&self.fence, "an unfinished answer", || {
-                store.fail_streaming(&bubble, share, spent, &self.fence)
+                store
+                    .leases()
+                    .fail_streaming(&bubble, share, spent, &self.fence)
             })
             .await;
         if let Err(e) = failed {

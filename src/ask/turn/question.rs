@@ -52,7 +52,7 @@ impl Turn {
         // budget and tool version are read (`head.rs`).
         let early = share
             .as_ref()
-            .is_some_and(|s| store.may_ask_before_reading(s, now));
+            .is_some_and(|s| store.budget().may_ask_before_reading(s, now));
         let reads = self.first_reads(share, early, now);
         let (start, bubble) = self.turn_start(&message, is_new, now);
         let began = self.began;
@@ -72,7 +72,7 @@ impl Turn {
                     }
                     // Written only now: the history read must not see this turn.
                     let asked = self.ask(&messages);
-                    let saved = store.begin_turn(start).await;
+                    let saved = store.turns().begin(start).await;
                     let saved_at = tokio::time::Instant::now();
                     anyhow::Ok((messages, Begun::Early(asked, saved, saved_at)))
                 },
@@ -118,7 +118,7 @@ impl Turn {
                 // The model is asked (on a task of its own) while the turn's first
                 // writes commit, and a refused start does not wait for it.
                 let asked = self.ask(&messages);
-                let saved = Box::pin(store.begin_turn(*start)).await;
+                let saved = Box::pin(store.turns().begin(*start)).await;
                 let saved_at = tokio::time::Instant::now();
                 if !self.started(saved?, &bubble.id, is_new) {
                     return Ok(());
@@ -159,7 +159,7 @@ impl Turn {
                 // A failed read fails the question even though its start may
                 // be written (the start is then settled as failed): the tools
                 // last read here may be older than an operator's change.
-                Some(share) if early => store.budget_and_tool_version(&share, now).await?.1,
+                Some(share) if early => store.budget().and_tool_version(&share, now).await?.1,
                 Some(share) => crate::guard::budget_open_with_tool_version(&app, &share).await?,
                 None => return Ok(site.tools.fresh(store).await),
             };
@@ -232,7 +232,8 @@ impl Turn {
         self.ended(crate::wire::TurnStatus::Failed);
         let store = self.app.store.clone();
         store
-            .finish_turn(TurnEnd {
+            .turns()
+            .finish(TurnEnd {
                 message: bubble.to_string(),
                 text: String::new(),
                 status: MessageStatus::Failed,

@@ -70,7 +70,7 @@ impl Turn {
                     .is_some_and(|t| t.policy == Policy::Auto)
             });
             if runs_auto
-                && let Err(e) = Box::pin(self.app.store.checkpoint(
+                && let Err(e) = Box::pin(self.app.store.leases().checkpoint(
                     &bubble.id,
                     &bubble.text,
                     Some(&stored::encode_transcript(&messages)),
@@ -158,7 +158,7 @@ impl Turn {
             return Ok(());
         }
         self.checkpointed = now;
-        let saved = Box::pin(self.app.store.checkpoint(
+        let saved = Box::pin(self.app.store.leases().checkpoint(
             &bubble.id,
             &bubble.text,
             None,
@@ -182,10 +182,12 @@ impl Turn {
     /// was renewed within its length, else a word with the database (waiting,
     /// no later than the turn's deadline, while it cannot be reached).
     async fn still_held(&self) -> Result<(), Stop> {
-        if !self.app.store.lapsed(&self.fence) {
+        if !self.app.store.leases().lapsed(&self.fence) {
             return Ok(());
         }
-        match tokio::time::timeout_at(self.deadline, self.app.store.hold(&self.fence)).await {
+        match tokio::time::timeout_at(self.deadline, self.app.store.leases().hold(&self.fence))
+            .await
+        {
             Ok(Ok(())) => Ok(()),
             Ok(Err(crate::store::StoreError::TakenOver)) => Err(Stop::TakenOver),
             Ok(Err(e)) => Err(Stop::Internal(e.into())),
@@ -217,7 +219,8 @@ impl Turn {
             failure: Some(Reason::Timeout),
             duration_ms: 0,
         };
-        let held = tokio::time::timeout_at(self.deadline, self.app.store.hold(&self.fence)).await;
+        let held =
+            tokio::time::timeout_at(self.deadline, self.app.store.leases().hold(&self.fence)).await;
         let mut outcome = if let Ok(held) = held
             && tokio::time::Instant::now() < self.deadline
         {

@@ -5,11 +5,11 @@
 
 use sqlx::Row;
 
-use super::{Fence, owned};
+use super::{Fence, Leases, owned};
 use crate::states::MessageStatus;
 use crate::store::calls::{COLUMNS, call};
 use crate::store::error::StoreResult;
-use crate::store::{BudgetShare, CallRow, Store, sql};
+use crate::store::{BudgetShare, CallRow, sql};
 
 /// SQLite: a lock file beside the database that every process using it holds
 /// shared for its lifetime; the OS lets go of it when a process dies, however it
@@ -85,12 +85,12 @@ impl StreamingAnswer {
     }
 }
 
-impl Store {
+impl Leases<'_> {
     /// Takes or keeps the duty `name` for `hold_ms` (on the database's clock):
     /// true while this process holds it. Another process's hold is taken over only
     /// once it lapsed.
-    pub async fn hold_duty(&self, name: &str, hold_ms: i64) -> StoreResult<bool> {
-        let now = self.now_sql();
+    pub async fn hold_duty(self, name: &str, hold_ms: i64) -> StoreResult<bool> {
+        let now = self.0.now_sql();
         let held = sqlx::query(sql(format!(
             "INSERT INTO duties (name, holder, expires_at) VALUES ($1, $2, {now} + $3) \
              ON CONFLICT (name) DO UPDATE SET holder = $2, expires_at = {now} + $3 \
@@ -99,7 +99,7 @@ impl Store {
         .bind(name)
         .bind(self.fence().as_str())
         .bind(hold_ms)
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?
         .rows_affected();
         Ok(held == 1)
@@ -109,12 +109,12 @@ impl Store {
     /// no lease at all (a process that stopped with work left). `at_start`: a
     /// start that found itself the only process on a SQLite file claims every
     /// other lease, lapsed or not.
-    pub async fn claim_dead(&self, at_start: bool) -> StoreResult<Claimed> {
-        let every_other = at_start && self.file_lock.as_ref().is_some_and(|l| l.solo);
+    pub async fn claim_dead(self, at_start: bool) -> StoreResult<Claimed> {
+        let every_other = at_start && self.0.file_lock.as_ref().is_some_and(|l| l.solo);
         let fence = self.fence();
         let lapsed = match every_other {
             true => "1 = 1".to_string(),
-            false => format!("expires_at < {}", self.now_sql()),
+            false => format!("expires_at < {}", self.0.now_sql()),
         };
         let dead = sqlx::query(sql(format!(
             "SELECT owner, 1 AS leased FROM leases WHERE owner <> $1 AND {lapsed} \
@@ -123,7 +123,7 @@ impl Store {
         )))
         .bind(fence.as_str())
         .bind(MessageStatus::Streaming.as_str())
-        .fetch_all(self.writer())
+        .fetch_all(self.0.writer())
         .await?;
         let mut claimed = Claimed {
             fence,
@@ -145,13 +145,13 @@ impl Store {
     }
 
     async fn claim(
-        &self,
+        self,
         dead: &str,
         leased: bool,
         lapsed: &str,
         claimed: &mut Claimed,
     ) -> StoreResult<()> {
-        let mut tx = self.writer().begin().await?;
+        let mut tx = self.0.writer().begin().await?;
         // Deleting the lapsed lease is what wins the claim: of two replicas, one
         // deletes it and the other finds nothing to delete.
         if leased {
@@ -227,7 +227,7 @@ impl Store {
     /// Marks an interrupted answer failed, keeping its saved text, and gives its
     /// budget reservation back (settled to `spent`, an estimate of what it used).
     pub async fn fail_answer(
-        &self,
+        self,
         answer: &StreamingAnswer,
         spent: i64,
         fence: &Fence,
@@ -241,15 +241,15 @@ impl Store {
     /// back twice; `TakenOver` when it no longer is. The budget row is written
     /// first, as in every turn's writes (see `Store::decide`).
     pub async fn fail_streaming(
-        &self,
+        self,
         message: &str,
         share: Option<&BudgetShare>,
         spent: i64,
         fence: &Fence,
     ) -> StoreResult<()> {
-        let mut tx = self.writer().begin().await?;
+        let mut tx = self.0.writer().begin().await?;
         if let Some(share) = share {
-            crate::store::budgets::settle_once(&mut *tx, share, spent, message, fence.as_str())
+            crate::store::budget::settle_once(&mut *tx, share, spent, message, fence.as_str())
                 .await?;
         }
         let failed = sqlx::query(
@@ -278,7 +278,7 @@ impl Store {
     /// to resume it from: what a crash leaves is then what history shows. Only
     /// while the answer streams under `fence`; else `TakenOver`.
     pub async fn checkpoint(
-        &self,
+        self,
         message: &str,
         text: &str,
         context: Option<&str>,
@@ -292,7 +292,7 @@ impl Store {
         .bind(context)
         .bind(MessageStatus::Streaming.as_str())
         .bind(fence.as_str())
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?
         .rows_affected();
         owned(saved)

@@ -157,16 +157,26 @@ impl Lease {
     }
 }
 
+/// This process's lease and the fences its work is stamped with (`store::ownership`).
+#[derive(Clone, Copy)]
+pub struct Leases<'s>(&'s Store);
+
 impl Store {
+    pub fn leases(&self) -> Leases<'_> {
+        Leases(self)
+    }
+}
+
+impl Leases<'_> {
     /// The fence new work is stamped with now.
-    pub fn fence(&self) -> Fence {
-        self.lease.fence()
+    pub fn fence(self) -> Fence {
+        self.0.lease.fence()
     }
 
     /// Whether work stamped with `fence` must check with the database before it
     /// tells anyone more (`hold`): its lease may have been claimed meanwhile.
-    pub fn lapsed(&self, fence: &Fence) -> bool {
-        self.lease.lapsed(fence)
+    pub fn lapsed(self, fence: &Fence) -> bool {
+        self.0.lease.lapsed(fence)
     }
 
     /// Waits until work stamped with `fence` may act on the world (deliver a
@@ -174,19 +184,19 @@ impl Store {
     /// fence, renewing it if needed; `TakenOver` when the fence was replaced. A
     /// database out of reach is retried with back-off, so the wait lasts as long
     /// as this process has no lease; callers bound it by their own deadline.
-    pub async fn hold(&self, fence: &Fence) -> StoreResult<()> {
+    pub async fn hold(self, fence: &Fence) -> StoreResult<()> {
         let mut pause = Duration::from_millis(50);
         loop {
-            if self.lease.holds(fence) {
+            if self.0.lease.holds(fence) {
                 return Ok(());
             }
-            if self.lease.fence() != *fence {
+            if self.0.lease.fence() != *fence {
                 return Err(StoreError::TakenOver);
             }
-            if let Err(e) = self.renew_lease().await {
+            if let Err(e) = self.renew().await {
                 tracing::warn!(error = format!("{e:#}"), "the lease could not be renewed");
                 tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(self.lease.margin().max(Duration::from_millis(50)));
+                pause = (pause * 2).min(self.0.lease.margin().max(Duration::from_millis(50)));
             }
         }
     }
@@ -202,7 +212,7 @@ impl Store {
     /// at once. Each write must be idempotent: a commit reported failed may
     /// have gone through.
     pub async fn until_written<T, F, Fut>(
-        &self,
+        self,
         fence: &Fence,
         what: &'static str,
         mut write: F,
@@ -217,7 +227,7 @@ impl Store {
                 Err(e) if e.is_transient() => e,
                 done => return done,
             };
-            if self.lease.fence() != *fence {
+            if self.0.lease.fence() != *fence {
                 // One more try decides: a write that landed before (its commit
                 // reported failed) is found done by its idempotent re-run; one
                 // that did not finds the work no longer this fence's.
@@ -239,22 +249,22 @@ impl Store {
 
     /// Takes a lease under the current fence (at start), timed by the
     /// database's clock.
-    pub async fn take_lease(&self) -> StoreResult<()> {
-        let fence = self.lease.fence();
+    pub async fn take(self) -> StoreResult<()> {
+        let fence = self.0.lease.fence();
         let sent = Instant::now();
-        self.insert_lease(&fence).await?;
-        self.lease.extended(&fence, sent);
+        self.insert(&fence).await?;
+        self.0.lease.extended(&fence, sent);
         Ok(())
     }
 
-    async fn insert_lease(&self, fence: &Fence) -> StoreResult<()> {
-        let now = self.now_sql();
+    async fn insert(self, fence: &Fence) -> StoreResult<()> {
+        let now = self.0.now_sql();
         sqlx::query(sql(format!(
             "INSERT INTO leases (owner, started_at, expires_at) VALUES ($1, {now}, {now} + $2)"
         )))
         .bind(fence.as_str())
-        .bind(self.lease.length_ms())
-        .execute(self.writer())
+        .bind(self.0.lease.length_ms())
+        .execute(self.0.writer())
         .await?;
         Ok(())
     }
@@ -263,35 +273,35 @@ impl Store {
     /// one was paused for longer than a lease), a new lease is taken under a
     /// new fence: what was started under the old one is no longer this
     /// process's, and its writes are refused (`TakenOver`).
-    pub async fn renew_lease(&self) -> StoreResult<Renewal> {
-        let _one = self.lease.renewing.lock().await;
-        let fence = self.lease.fence();
+    pub async fn renew(self) -> StoreResult<Renewal> {
+        let _one = self.0.lease.renewing.lock().await;
+        let fence = self.0.lease.fence();
         let sent = Instant::now();
         let renewed = sqlx::query(sql(format!(
             "UPDATE leases SET expires_at = {} + $2 WHERE owner = $1",
-            self.now_sql()
+            self.0.now_sql()
         )))
         .bind(fence.as_str())
-        .bind(self.lease.length_ms())
-        .execute(self.writer())
+        .bind(self.0.lease.length_ms())
+        .execute(self.0.writer())
         .await?
         .rows_affected();
         if renewed == 1 {
-            self.lease.extended(&fence, sent);
+            self.0.lease.extended(&fence, sent);
             return Ok(Renewal::Renewed);
         }
         let next = Fence::fresh();
         let sent = Instant::now();
-        self.insert_lease(&next).await?;
-        self.lease.replaced(next, sent);
+        self.insert(&next).await?;
+        self.0.lease.replaced(next, sent);
         Ok(Renewal::Replaced)
     }
 
     /// Gives the lease up at a clean shutdown (nothing is left running then).
-    pub async fn release_lease(&self) -> StoreResult<()> {
+    pub async fn release(self) -> StoreResult<()> {
         sqlx::query("DELETE FROM leases WHERE owner = $1")
-            .bind(self.lease.fence().as_str())
-            .execute(self.writer())
+            .bind(self.0.lease.fence().as_str())
+            .execute(self.0.writer())
             .await?;
         Ok(())
     }

@@ -6,46 +6,13 @@
 use std::collections::HashMap;
 
 use sqlx::Row;
-use sqlx::any::AnyRow;
 
-use super::audit::{AuditRow, SELECT_COLUMNS, audit_row};
-use super::error::StoreResult;
-use super::{Store, optional_state, sql, state};
+use super::Conversations;
 use crate::clock::Millis;
 use crate::states::{CallStatus, MessageStatus, Role};
-
-/// A value bound to a placeholder, in order.
-enum Bind {
-    Text(String),
-    Int(i64),
-}
-
-/// Collects binds and hands out their `$n` placeholders.
-#[derive(Default)]
-struct Binds(Vec<Bind>);
-
-impl Binds {
-    fn text(&mut self, value: impl Into<String>) -> String {
-        self.0.push(Bind::Text(value.into()));
-        format!("${}", self.0.len())
-    }
-
-    fn int(&mut self, value: i64) -> String {
-        self.0.push(Bind::Int(value));
-        format!("${}", self.0.len())
-    }
-
-    async fn fetch(self, store: &Store, text: String) -> StoreResult<Vec<AnyRow>> {
-        let mut query = sqlx::query(sql(text));
-        for bind in self.0 {
-            query = match bind {
-                Bind::Text(t) => query.bind(t),
-                Bind::Int(i) => query.bind(i),
-            };
-        }
-        Ok(query.fetch_all(store.pool()).await?)
-    }
-}
+use crate::store::binds::Binds;
+use crate::store::error::StoreResult;
+use crate::store::{optional_state, state};
 
 #[derive(Debug, Default)]
 pub struct ConversationFilter {
@@ -106,12 +73,12 @@ fn like_pattern(q: &str) -> String {
     format!("%{escaped}%")
 }
 
-impl Store {
+impl Conversations<'_> {
     /// One page of conversations, newest first.
     /// With a text search, also the oldest conversation the page looked at when
     /// it stopped at its window (`filter.window`): the next page starts there.
-    pub async fn list_conversations(
-        &self,
+    pub async fn list(
+        self,
         filter: &ConversationFilter,
     ) -> StoreResult<(Vec<ConversationListRow>, Option<(Millis, String)>)> {
         let mut binds = Binds::default();
@@ -176,7 +143,7 @@ impl Store {
         let limit = binds.int(filter.limit);
         let rows = binds
             .fetch(
-                self,
+                self.0,
                 format!(
                     "SELECT c.id, c.site, c.visitor, c.created_at, v.user_id FROM conversations c \
                      LEFT JOIN visitors v ON v.id = c.visitor {filter_sql} \
@@ -207,7 +174,7 @@ impl Store {
     /// The `window`-th conversation from where the page starts, if the
     /// list goes on that far.
     async fn window_end(
-        &self,
+        self,
         filter: &ConversationFilter,
     ) -> StoreResult<Option<(Millis, String)>> {
         let mut binds = Binds::default();
@@ -219,7 +186,7 @@ impl Store {
         let offset = binds.int(filter.window.max(1) - 1);
         let rows = binds
             .fetch(
-                self,
+                self.0,
                 format!(
                     "SELECT c.created_at, c.id FROM conversations c {filter_sql} \
                      ORDER BY c.created_at DESC, c.id DESC LIMIT 1 OFFSET {offset}"
@@ -234,7 +201,7 @@ impl Store {
 
     /// The latest message of each role, and the pending card, of each listed
     /// conversation: two reads for the whole page.
-    async fn fill_latest(&self, list: &mut [ConversationListRow]) -> StoreResult<()> {
+    async fn fill_latest(self, list: &mut [ConversationListRow]) -> StoreResult<()> {
         if list.is_empty() {
             return Ok(());
         }
@@ -243,7 +210,7 @@ impl Store {
         let ids = ids.join(", ");
         let latest = binds
             .fetch(
-                self,
+                self.0,
                 format!(
                     "SELECT id, conversation, role, text, status, created_at FROM (\
                      SELECT id, conversation, role, text, status, created_at, ROW_NUMBER() OVER \
@@ -258,7 +225,7 @@ impl Store {
         let pending_status = binds.text(CallStatus::Pending.as_str());
         let pending = binds
             .fetch(
-                self,
+                self.0,
                 format!(
                     "SELECT id, conversation, tool, label, expires_at FROM calls \
                      WHERE conversation IN ({}) AND status = {pending_status}",
@@ -302,8 +269,8 @@ impl Store {
     }
 
     /// A conversation's site, visitor, user id and start.
-    pub async fn conversation_head(
-        &self,
+    pub async fn head(
+        self,
         id: &str,
     ) -> StoreResult<Option<(String, String, Option<String>, Millis)>> {
         let row = sqlx::query(
@@ -311,7 +278,7 @@ impl Store {
              LEFT JOIN visitors v ON v.id = c.visitor WHERE c.id = $1",
         )
         .bind(id)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.0.pool())
         .await?;
         Ok(row
             .map(|r| -> Result<_, sqlx::Error> {
@@ -324,63 +291,4 @@ impl Store {
             })
             .transpose()?)
     }
-
-    /// One page of audit rows, newest first.
-    pub async fn audit_filtered(
-        &self,
-        filter: &AuditFilter,
-    ) -> StoreResult<Vec<(String, AuditRow)>> {
-        let mut binds = Binds::default();
-        let mut clauses = Vec::new();
-        let text_filters = [
-            ("site", &filter.site),
-            ("event", &filter.event),
-            ("tool", &filter.tool),
-            ("call", &filter.call),
-        ];
-        for (column, value) in text_filters {
-            if let Some(value) = value {
-                clauses.push(format!("{column} = {}", binds.text(value)));
-            }
-        }
-        if let Some(after) = filter.after {
-            clauses.push(format!("at >= {}", binds.int(after)));
-        }
-        if let Some(before) = filter.before {
-            clauses.push(format!("at < {}", binds.int(before)));
-        }
-        if let Some((at, id)) = &filter.cursor {
-            let (at1, at2, id) = (binds.int(*at), binds.int(*at), binds.text(id));
-            clauses.push(format!("(at < {at1} OR (at = {at2} AND id < {id}))"));
-        }
-        let filter_sql = match clauses.is_empty() {
-            true => String::new(),
-            false => format!("WHERE {}", clauses.join(" AND ")),
-        };
-        let limit = binds.int(filter.limit);
-        let rows = binds
-            .fetch(
-                self,
-                format!(
-                    "SELECT id, {SELECT_COLUMNS} FROM audit {filter_sql} ORDER BY at DESC, id DESC LIMIT {limit}"
-                ),
-            )
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("id")?, audit_row(r)?)))
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
-    }
-}
-
-#[derive(Debug, Default)]
-pub struct AuditFilter {
-    pub site: Option<String>,
-    pub event: Option<String>,
-    pub tool: Option<String>,
-    pub call: Option<String>,
-    pub after: Option<Millis>,
-    pub before: Option<Millis>,
-    pub cursor: Option<(Millis, String)>,
-    pub limit: i64,
 }

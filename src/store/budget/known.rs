@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use crate::clock::Millis;
 
 #[derive(Default)]
-pub(super) struct KnownBudgets {
+pub(in crate::store) struct KnownBudgets {
     sites: Mutex<HashMap<String, Site>>,
 }
 
@@ -38,7 +38,7 @@ struct Known {
 impl KnownBudgets {
     /// A mark to take just before a read of `site`'s budget begins, and to
     /// give back to `read` with what it found.
-    pub(super) fn before_read(&self, site: &str) -> i64 {
+    pub(in crate::store) fn before_read(&self, site: &str) -> i64 {
         self.sites().get(site).map_or(0, |s| s.reserved_here)
     }
 
@@ -46,7 +46,14 @@ impl KnownBudgets {
     /// after `mark` was taken, found `used` tokens spent or reserved. It
     /// replaces what was known (reads of a site run one at a time,
     /// `site_reads.rs`), keeping the shares reserved here since it began.
-    pub(super) fn read(&self, site: &str, day: &str, read_at: Millis, used: i64, mark: i64) {
+    pub(in crate::store) fn read(
+        &self,
+        site: &str,
+        day: &str,
+        read_at: Millis,
+        used: i64,
+        mark: i64,
+    ) {
         self.with_site(site, |site| {
             let since = site.reserved_here.saturating_sub(mark);
             site.last = Some(Known {
@@ -58,7 +65,7 @@ impl KnownBudgets {
     }
 
     /// This replica reserved `share` tokens of `site`'s budget for `day`.
-    pub(super) fn reserved(&self, site: &str, day: &str, share: i64) {
+    pub(in crate::store) fn reserved(&self, site: &str, day: &str, share: i64) {
         self.with_site(site, |site| {
             site.reserved_here = site.reserved_here.saturating_add(share);
             if let Some(known) = site.last.as_mut().filter(|k| k.day == day) {
@@ -69,7 +76,7 @@ impl KnownBudgets {
 
     /// The tokens of `site`'s budget for `day` spent or reserved as far as this
     /// replica knows, if it read them at `since` or later.
-    pub(super) fn used(&self, site: &str, day: &str, since: Millis) -> Option<i64> {
+    pub(in crate::store) fn used(&self, site: &str, day: &str, since: Millis) -> Option<i64> {
         self.sites()
             .get(site)
             .and_then(|s| s.last.as_ref())

@@ -1,10 +1,13 @@
+mod list;
+
+pub use list::{ConversationFilter, ConversationListRow, SEARCH_WINDOW};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::error::StoreResult;
-use super::{Store, state};
 use crate::clock::Millis;
 use crate::states::{MessageStatus, Role};
+use crate::store::error::StoreResult;
+use crate::store::{Store, state};
 use crate::wire::Usage;
 
 /// The status of an assistant message while its answer is still streaming. It is
@@ -30,7 +33,10 @@ pub struct MessageRow {
     pub reserved: i64,
 }
 
-pub(super) async fn insert_message<'e, E>(executor: E, m: &MessageRow) -> Result<(), sqlx::Error>
+pub(in crate::store) async fn insert_message<'e, E>(
+    executor: E,
+    m: &MessageRow,
+) -> Result<(), sqlx::Error>
 where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
@@ -38,7 +44,7 @@ where
 }
 
 /// Inserts several messages with one statement.
-pub(super) async fn insert_messages<'e, E>(
+pub(in crate::store) async fn insert_messages<'e, E>(
     executor: E,
     messages: &[&MessageRow],
 ) -> Result<(), sqlx::Error>
@@ -70,7 +76,7 @@ where
     );
     // A batch's statement has as many rows as the batch has messages: kept out of
     // the connection's statement cache, which the usual one and two rows use.
-    let mut query = sqlx::query(super::sql(text)).persistent(messages.len() <= 2);
+    let mut query = sqlx::query(crate::store::sql(text)).persistent(messages.len() <= 2);
     for m in messages {
         query = query
             .bind(&m.id)
@@ -105,12 +111,22 @@ fn message(row: &AnyRow) -> Result<MessageRow, sqlx::Error> {
     })
 }
 
+/// Conversations and their messages, and the console's lists of them.
+#[derive(Clone, Copy)]
+pub struct Conversations<'s>(&'s Store);
+
 impl Store {
+    pub fn conversations(&self) -> Conversations<'_> {
+        Conversations(self)
+    }
+}
+
+impl Conversations<'_> {
     /// The site and visitor a conversation belongs to.
-    pub async fn conversation_owner(&self, id: &str) -> StoreResult<Option<(String, String)>> {
+    pub async fn owner(self, id: &str) -> StoreResult<Option<(String, String)>> {
         let row = sqlx::query("SELECT site, visitor FROM conversations WHERE id = $1")
             .bind(id)
-            .fetch_optional(self.pool())
+            .fetch_optional(self.0.pool())
             .await?;
         Ok(match row {
             Some(row) => Some((row.try_get("site")?, row.try_get("visitor")?)),
@@ -118,20 +134,20 @@ impl Store {
         })
     }
 
-    pub async fn insert_message(&self, m: &MessageRow) -> StoreResult<()> {
-        insert_message(self.writer(), m).await?;
+    pub async fn insert_message(self, m: &MessageRow) -> StoreResult<()> {
+        insert_message(self.0.writer(), m).await?;
         Ok(())
     }
 
     /// The messages of a conversation in order, without those still streaming.
-    pub async fn messages(&self, conversation: &str) -> StoreResult<Vec<MessageRow>> {
+    pub async fn messages(self, conversation: &str) -> StoreResult<Vec<MessageRow>> {
         let rows = sqlx::query(
             "SELECT id, conversation, turn, role, text, status, citations, created_at FROM messages \
              WHERE conversation = $1 AND status <> $2 ORDER BY created_at, id",
         )
         .bind(conversation)
         .bind(STREAMING.as_str())
-        .fetch_all(self.pool())
+        .fetch_all(self.0.pool())
         .await?;
         Ok(rows.iter().map(message).collect::<Result<_, _>>()?)
     }
@@ -139,7 +155,7 @@ impl Store {
     /// The last `limit` messages of a conversation in order (for the model's context:
     /// a long conversation is not read whole for every turn).
     pub async fn last_messages(
-        &self,
+        self,
         conversation: &str,
         limit: i64,
     ) -> StoreResult<Vec<MessageRow>> {
@@ -150,7 +166,7 @@ impl Store {
         .bind(conversation)
         .bind(STREAMING.as_str())
         .bind(limit)
-        .fetch_all(self.pool())
+        .fetch_all(self.0.pool())
         .await?;
         let mut messages: Vec<MessageRow> = rows.iter().map(message).collect::<Result<_, _>>()?;
         messages.reverse();
@@ -161,23 +177,23 @@ impl Store {
     /// failed, so that they show in history instead of vanishing. Answers with an
     /// owner are recovered through its lease (`leases.rs`).
     /// Only messages started before `before` are touched.
-    pub async fn fail_interrupted_messages(&self, before: Millis) -> StoreResult<u64> {
+    pub async fn fail_interrupted(self, before: Millis) -> StoreResult<u64> {
         let done = sqlx::query(
             "UPDATE messages SET status = $3 WHERE status = $1 AND created_at < $2 AND owner IS NULL",
         )
         .bind(STREAMING.as_str())
         .bind(before)
         .bind(MessageStatus::Failed.as_str())
-        .execute(self.writer())
+        .execute(self.0.writer())
         .await?;
         Ok(done.rows_affected())
     }
 
     /// Tokens an assistant message used (for tests and budgets).
-    pub async fn message_usage(&self, id: &str) -> StoreResult<Option<Usage>> {
+    pub async fn message_usage(self, id: &str) -> StoreResult<Option<Usage>> {
         let row = sqlx::query("SELECT input_tokens, output_tokens FROM messages WHERE id = $1")
             .bind(id)
-            .fetch_optional(self.pool())
+            .fetch_optional(self.0.pool())
             .await?;
         Ok(match row {
             Some(row) => Some(Usage {

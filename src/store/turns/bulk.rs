@@ -13,12 +13,12 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::audit::{self, AuditRow};
-use super::calls::{COLUMNS, CallRow, call};
-use super::cards::close_card_message;
-use super::turns::{TurnEnd, TurnStart};
-use super::{BudgetShare, MessageRow, Reservation, Tx, sql};
 use crate::states::{AuditEvent, CallStatus, MessageStatus, Reason};
+use crate::store::audit::{self, AuditRow};
+use crate::store::calls::{COLUMNS, CallRow, call};
+use crate::store::cards::close_card_message;
+use crate::store::turns::{TurnEnd, TurnStart};
+use crate::store::{BudgetShare, MessageRow, Reservation, Tx, sql};
 
 /// `($1, $2, $3), ($4, $5, $6)`, for `rows` rows of `width` parameters after
 /// the first `skip` parameters.
@@ -49,13 +49,13 @@ fn row_of(share: &BudgetShare) -> Row<'_> {
 /// What a batch wrote: each start's reservation, in order, and the answers
 /// whose end was saved (an end not among them found its answer no longer
 /// streaming under its fence).
-pub(super) struct Written {
+pub(in crate::store) struct Written {
     pub reservations: Vec<Reservation>,
     pub ended: HashSet<String>,
 }
 
 /// Writes a batch's ends and starts.
-pub(super) async fn write(
+pub(in crate::store) async fn write(
     tx: &mut Tx<'_>,
     ends: &[&TurnEnd],
     starts: &[&TurnStart],
@@ -101,7 +101,7 @@ pub(super) async fn write(
         .filter(|e| !ended.contains(&e.message))
         .collect();
     for e in unsaved {
-        if super::turns::ended(tx, e).await? {
+        if crate::store::turns::ended(tx, e).await? {
             ended.insert(e.message.clone());
         }
     }
@@ -192,7 +192,7 @@ async fn reserve(
     }
     let mut out = Vec::with_capacity(shares.len());
     for share in shares {
-        out.push(super::budgets::reserve_in(tx, share).await?);
+        out.push(crate::store::budget::reserve_in(tx, share).await?);
     }
     Ok(out)
 }
@@ -320,7 +320,7 @@ async fn insert_messages(tx: &mut Tx<'_>, messages: &[&MessageRow]) -> Result<()
     if messages.is_empty() {
         return Ok(());
     }
-    super::conversations::insert_messages(&mut **tx, messages).await
+    crate::store::conversations::insert_messages(&mut **tx, messages).await
 }
 
 #[cfg(test)]

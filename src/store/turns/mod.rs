@@ -1,15 +1,20 @@
 //! The writes at the start and the end of a turn, as SQL that joins whatever
 //! transaction it is given: a group commit's (`group.rs`), or its own.
 
-use super::cards::{expire_in, supersede_in};
-use super::conversations::insert_messages;
-use super::{BudgetShare, MessageRow, Reservation};
+mod bulk;
+mod group;
+
+pub(in crate::store) use group::GroupCommit;
+
 use crate::clock::Millis;
+use crate::store::cards::{expire_in, supersede_in};
+use crate::store::conversations::insert_messages;
+use crate::store::{BudgetShare, MessageRow, Reservation};
 use crate::wire::Usage;
 
-use super::Tx;
-use super::ownership::Fence;
 use crate::states::MessageStatus;
+use crate::store::Tx;
+use crate::store::ownership::Fence;
 
 pub struct TurnStart {
     pub conversation: String,
@@ -43,9 +48,12 @@ pub struct TurnEnd {
     pub owner: Fence,
 }
 
-pub(super) async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservation, sqlx::Error> {
+pub(in crate::store) async fn begin_in(
+    tx: &mut Tx<'_>,
+    t: &TurnStart,
+) -> Result<Reservation, sqlx::Error> {
     if let Some(share) = &t.budget {
-        match super::budgets::reserve_in(tx, share).await? {
+        match crate::store::budget::reserve_in(tx, share).await? {
             Reservation::Reserved => {}
             other => return Ok(other),
         }
@@ -77,7 +85,7 @@ pub(super) async fn begin_in(tx: &mut Tx<'_>, t: &TurnStart) -> Result<Reservati
 /// Whether a start's rows are already there: a batch whose commit went through
 /// although its caller was told it failed (an ambiguous commit) is not written
 /// twice when its jobs run again one by one.
-pub(super) async fn begun(tx: &mut Tx<'_>, t: &TurnStart) -> Result<bool, sqlx::Error> {
+pub(in crate::store) async fn begun(tx: &mut Tx<'_>, t: &TurnStart) -> Result<bool, sqlx::Error> {
     let row = sqlx::query("SELECT 1 AS found FROM messages WHERE id = $1")
         .bind(&t.bubble.id)
         .fetch_optional(&mut **tx)
@@ -90,10 +98,11 @@ pub(super) async fn begun(tx: &mut Tx<'_>, t: &TurnStart) -> Result<bool, sqlx::
 /// whether the end is saved: written now, or found already written under the
 /// same fence (a run again after an ambiguous commit); false when the answer
 /// is no longer streaming under the end's fence.
-pub(super) async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<bool, sqlx::Error> {
+pub(in crate::store) async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<bool, sqlx::Error> {
     if let Some(b) = &e.budget {
         let spent = crate::budget::spent(e.usage, e.unreported);
-        super::budgets::settle_once(&mut **tx, b, spent, &e.message, e.owner.as_str()).await?;
+        crate::store::budget::settle_once(&mut **tx, b, spent, &e.message, e.owner.as_str())
+            .await?;
     }
     let saved = sqlx::query(
         "UPDATE messages SET text = $1, status = $2, citations = $3, input_tokens = $4, output_tokens = $5 \
@@ -118,12 +127,12 @@ pub(super) async fn end_in(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<bool, sqlx::E
 
 /// Whether `e` was already saved: the answer carries its fence and its final
 /// status (an answer taken over carries the claimer's fence).
-pub(super) async fn ended(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<bool, sqlx::Error> {
+pub(in crate::store) async fn ended(tx: &mut Tx<'_>, e: &TurnEnd) -> Result<bool, sqlx::Error> {
     ended_as(tx, &e.message, e.status, &e.owner).await
 }
 
 /// Whether answer `message` ended with `status` under `fence`.
-pub(super) async fn ended_as(
+pub(in crate::store) async fn ended_as(
     tx: &mut Tx<'_>,
     message: &str,
     status: MessageStatus,

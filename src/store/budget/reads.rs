@@ -18,12 +18,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::error::{StoreError, StoreResult};
+use crate::store::error::{StoreError, StoreResult};
 
 /// What a read found: the day's budget row (spent and reserved, when it exists)
 /// and the site's tool version.
 #[derive(Clone)]
-pub(super) struct Found {
+pub(in crate::store) struct Found {
     pub budget: Option<(i64, i64)>,
     pub tool_version: i64,
 }
@@ -51,7 +51,7 @@ struct Last {
 type Slot = Arc<tokio::sync::Mutex<Option<Last>>>;
 
 #[derive(Default)]
-pub(super) struct SiteReads {
+pub(in crate::store) struct SiteReads {
     sequence: AtomicU64,
     /// One slot per site; sites come from the configuration, so this stays small.
     sites: Mutex<HashMap<String, Slot>>,
@@ -60,7 +60,12 @@ pub(super) struct SiteReads {
 impl SiteReads {
     /// The latest read of `site` for `day` that began after this call, made by
     /// `read` if no such read has ended by the time the site's slot is free.
-    pub(super) async fn fresh<F, Fut>(&self, site: &str, day: &str, read: F) -> StoreResult<Found>
+    pub(in crate::store) async fn fresh<F, Fut>(
+        &self,
+        site: &str,
+        day: &str,
+        read: F,
+    ) -> StoreResult<Found>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = StoreResult<Found>>,

@@ -12,9 +12,9 @@ use tokio::sync::{mpsc, oneshot};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::error::{StoreError, StoreResult};
-use super::turns::{TurnEnd, TurnStart, begin_in, begun, end_in};
-use super::{Reservation, Store};
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::turns::{TurnEnd, TurnStart, begin_in, begun, end_in};
+use crate::store::{Reservation, Store};
 
 /// Writes committed together at the most.
 const BATCH: usize = 128;
@@ -26,7 +26,7 @@ enum Job {
 
 /// The sending side of the group-commit task.
 #[derive(Clone)]
-pub(super) struct GroupCommit {
+pub(in crate::store) struct GroupCommit {
     jobs: mpsc::Sender<Job>,
     /// Commits still to be reported as failed although they went through: the
     /// ambiguous commit a lost connection makes, for the tests (`Store::
@@ -36,7 +36,7 @@ pub(super) struct GroupCommit {
 }
 
 impl GroupCommit {
-    pub(super) fn start(writer: sqlx::AnyPool) -> Self {
+    pub(in crate::store) fn start(writer: sqlx::AnyPool) -> Self {
         let (tx, rx) = mpsc::channel(4 * BATCH);
         let ambiguous = Arc::new(AtomicUsize::new(0));
         tokio::spawn(run(writer, rx, Arc::clone(&ambiguous)));
@@ -55,13 +55,23 @@ fn end_outcome(saved: bool) -> EndOutcome {
     }
 }
 
+/// A turn's start and end writes, grouped into shared commits (`group.rs`).
+#[derive(Clone, Copy)]
+pub struct Turns<'s>(&'s Store);
+
 impl Store {
+    pub fn turns(&self) -> Turns<'_> {
+        Turns(self)
+    }
+}
+
+impl Turns<'_> {
     /// Reserves the turn's share of the budget, creates the conversation or closes
     /// its stale and superseded cards, saves the visitor's message and opens the
     /// answer's bubble — all or nothing. Changes nothing when the budget could not
     /// be reserved after all.
-    pub async fn begin_turn(&self, start: TurnStart) -> StoreResult<Reservation> {
-        if let Some(group) = &self.group {
+    pub async fn begin(self, start: TurnStart) -> StoreResult<Reservation> {
+        if let Some(group) = &self.0.group {
             let (reply, answer) = oneshot::channel();
             group
                 .jobs
@@ -73,7 +83,7 @@ impl Store {
                 .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
             return answer;
         }
-        let mut tx = self.writer().begin().await?;
+        let mut tx = self.0.writer().begin().await?;
         let started = begin_in(&mut tx, &start).await?;
         if started == Reservation::Reserved {
             tx.commit().await?;
@@ -84,8 +94,8 @@ impl Store {
     /// Reports the next `n` group commits as failed after they went through, as
     /// a connection lost during the commit's acknowledgement would.
     #[cfg(feature = "testkit")]
-    pub fn report_commits_failed(&self, n: usize) {
-        if let Some(group) = &self.group {
+    pub fn report_commits_failed(self, n: usize) {
+        if let Some(group) = &self.0.group {
             group.ambiguous.store(n, Ordering::Release);
         }
     }
@@ -93,8 +103,8 @@ impl Store {
     /// Saves an answer's final text, status, citations and usage, and settles the
     /// turn's budget reservation to what it spent — only while the answer
     /// streams under the end's fence; `TakenOver` when it no longer does.
-    pub async fn finish_turn(&self, end: TurnEnd) -> StoreResult<()> {
-        if let Some(group) = &self.group {
+    pub async fn finish(self, end: TurnEnd) -> StoreResult<()> {
+        if let Some(group) = &self.0.group {
             let (reply, answer) = oneshot::channel();
             group
                 .jobs
@@ -106,7 +116,7 @@ impl Store {
                 .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
             return answer;
         }
-        let mut tx = self.writer().begin().await?;
+        let mut tx = self.0.writer().begin().await?;
         let saved = end_in(&mut tx, &end).await?;
         tx.commit().await?;
         end_outcome(saved)
@@ -183,7 +193,7 @@ async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>, ambiguous: &AtomicUsize
 async fn together(
     writer: &sqlx::AnyPool,
     batch: &[Job],
-) -> Result<super::bulk::Written, sqlx::Error> {
+) -> Result<crate::store::turns::bulk::Written, sqlx::Error> {
     let ends: Vec<&TurnEnd> = batch
         .iter()
         .filter_map(|job| match job {
@@ -205,10 +215,10 @@ async fn write_together(
     writer: &sqlx::AnyPool,
     ends: &[&TurnEnd],
     starts: &[&TurnStart],
-) -> Result<super::bulk::Written, sqlx::Error> {
+) -> Result<crate::store::turns::bulk::Written, sqlx::Error> {
     let began = std::time::Instant::now();
     let mut tx = writer.begin().await?;
-    let written = super::bulk::write(&mut tx, ends, starts).await?;
+    let written = crate::store::turns::bulk::write(&mut tx, ends, starts).await?;
     // Written and not committed (the crash tests stop here).
     crate::crashpoint::reached("group_written");
     let write_time = began.elapsed();
@@ -227,17 +237,17 @@ async fn write_together(
 }
 
 #[cfg(feature = "testkit")]
-impl Store {
+impl Turns<'_> {
     /// Writes `ends` and `starts` as one batch, with no falling back to job by job
     /// when a statement fails: the tests see the batch's own statements at work.
     pub async fn write_batch(
-        &self,
+        self,
         ends: &[TurnEnd],
         starts: &[TurnStart],
     ) -> Result<Vec<Reservation>, sqlx::Error> {
         let ends: Vec<&TurnEnd> = ends.iter().collect();
         let starts: Vec<&TurnStart> = starts.iter().collect();
-        Ok(write_together(self.writer(), &ends, &starts)
+        Ok(write_together(self.0.writer(), &ends, &starts)
             .await?
             .reservations)
     }
