@@ -14,8 +14,6 @@ const STREAMS_RETRY_AFTER_S: u64 = 5;
 /// saved, and its stream slot, freed when this value is dropped, whatever happens.
 pub struct Admission {
     share: BudgetShare,
-    /// Set once the turn's first transaction has reserved the share.
-    reserved: bool,
     _slot: StreamSlot,
 }
 
@@ -27,15 +25,6 @@ impl Admission {
 
     pub fn share(&self) -> &BudgetShare {
         &self.share
-    }
-
-    /// The share to settle with the turn's last write, if it was reserved.
-    pub fn reserved_share(&self) -> Option<&BudgetShare> {
-        self.reserved.then_some(&self.share)
-    }
-
-    pub fn mark_reserved(&mut self) {
-        self.reserved = true;
     }
 }
 
@@ -123,9 +112,5 @@ async fn reserve(app: &App, caller: &Caller, budget_first: bool) -> Result<Admis
             }));
         }
     };
-    Ok(Admission {
-        share,
-        reserved: false,
-        _slot: slot,
-    })
+    Ok(Admission { share, _slot: slot })
 }

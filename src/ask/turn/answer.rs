@@ -41,8 +41,7 @@ impl Turn {
                     return Ok(());
                 }
             };
-        self.reserved();
-        self.open_bubble = Some(bubble.id.clone());
+        self.opened(&bubble.id);
         // A confirmed call now runs under this turn's fence, delivered once.
         if decision == Decision::Confirm {
             call.owner = Some(self.fence.to_string());
@@ -136,8 +135,6 @@ impl Turn {
         mut bubble: Bubble,
         reserved: Option<BudgetShare>,
     ) -> anyhow::Result<()> {
-        // The dead turn's reservation is settled with this bubble's final write.
-        self.recovered_share = reserved;
         let messages = match call.kind {
             CallKind::Auto => {
                 let mut m = vec![prompt::system(&self.caller.site.config, Part::Question, "")];
@@ -160,7 +157,8 @@ impl Turn {
                 m
             }
         };
-        self.open_bubble = Some(bubble.id.clone());
+        // The dead turn's reservation is settled with this bubble's final write.
+        self.open(&bubble.id, reserved);
         let status = self.rounds(messages, &mut bubble, None).await;
         self.close(bubble, status).await
     }

@@ -3,7 +3,6 @@
 
 use super::{Bubble, Stop, Turn};
 use crate::error::ApiError;
-use crate::guard::Admission;
 use crate::llm::ProviderError;
 use crate::store::stored;
 use crate::store::{CallStatus, TurnEnd};
@@ -16,7 +15,7 @@ impl Turn {
                 tracing::warn!(
                     "this turn's work was taken over by another process (this one's lease lapsed); it stops here"
                 );
-                self.taken_over = true;
+                self.written.taken_over();
                 (
                     "taken_over",
                     "This answer was taken over by another server. Reload the conversation to see it.",
@@ -61,10 +60,19 @@ impl Turn {
     /// once the database holds it, and never when another process took the
     /// answer over.
     pub(super) async fn close(&mut self, bubble: Bubble, status: TurnStatus) -> anyhow::Result<()> {
-        if self.taken_over {
-            self.end_taken_over().await;
-            return Ok(());
-        }
+        let open = match self.written.take() {
+            super::written::Written::Open(open) => open,
+            super::written::Written::TakenOver(taken) => {
+                self.written = super::written::Written::TakenOver(taken);
+                self.end_taken_over().await;
+                return Ok(());
+            }
+            other => {
+                // Only an open answer is closed: nothing else is owed a write.
+                self.written = other;
+                anyhow::bail!("a turn closed an answer it had not opened");
+            }
+        };
         let cited = cited_sources(&bubble.text, &self.sources);
         let citations = (!cited.is_empty()).then(|| stored::encode_citations(&cited));
         if !cited.is_empty() {
@@ -72,7 +80,6 @@ impl Turn {
                 .send(StreamEvent::Citations { items: cited })
                 .await;
         }
-        let admission = self.admission.take();
         let end = TurnEnd {
             message: bubble.id.clone(),
             text: bubble.text,
@@ -80,11 +87,7 @@ impl Turn {
             citations,
             usage: self.usage,
             unreported: self.unreported,
-            budget: admission
-                .as_ref()
-                .and_then(Admission::reserved_share)
-                .or(self.recovered_share.as_ref())
-                .cloned(),
+            budget: open.share.clone(),
             owner: self.fence.clone(),
         };
         let store = &self.app.store;
@@ -95,16 +98,20 @@ impl Turn {
             })
             .await;
         if let Err(crate::store::StoreError::TakenOver) = saved {
+            self.written = super::written::Written::TakenOver(open.taken_over());
             self.stopped(Stop::TakenOver).await;
             self.end_taken_over().await;
             return Ok(());
         }
         if saved.is_err() {
-            // The settlement did not happen with the message: keep it for `settle`.
-            self.admission = admission;
+            // The end did not land: the answer stays open for `settle`.
+            self.written = super::written::Written::Open(open);
+        } else {
+            self.written = super::written::Written::Ended(open.ended());
         }
         saved?;
-        self.open_bubble = None;
+        // The stream slot is freed with the admission.
+        self.admission = None;
         self.ended(status);
         self.app.live.publish(
             &self.caller.site.config.id,
@@ -123,7 +130,7 @@ impl Turn {
     /// The end of a turn whose answer another process took over: the error
     /// was told by `stopped`; only the last event is left.
     async fn end_taken_over(&mut self) {
-        self.open_bubble = None;
+        self.written.taken_over();
         self.admission = None;
         self.end_with(TurnStatus::Failed).await;
     }

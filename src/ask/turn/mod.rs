@@ -19,6 +19,7 @@ mod head;
 mod phases;
 mod question;
 mod rounds;
+mod written;
 
 use std::sync::Arc;
 
@@ -83,19 +84,15 @@ pub struct Turn {
     knowledge_len: usize,
     /// Tokens estimated for model rounds whose provider reported no usage.
     unreported: u64,
-    /// For a turn finished after a crash: the dead turn's reservation to settle.
-    recovered_share: Option<BudgetShare>,
-    /// The answer's bubble once its row is written and until its final write: a
-    /// turn that ends without that write marks it failed when it settles.
-    open_bubble: Option<String>,
+    /// What the database holds of the answer, and so what the turn still owes
+    /// it (`written.rs`): a turn that ends without its final write marks the
+    /// open answer failed when it settles.
+    written: written::Written,
     /// The site's tools as of this round: the file's with the console's changes.
     tools: Arc<Toolbox>,
     /// The lease this turn's work is stamped with; its writes hold only while
     /// the rows still carry it.
     fence: Fence,
-    /// Set when another process took the work over: the turn stops, writes
-    /// nothing more and tells its visitor so.
-    taken_over: bool,
     /// Every model wait ends by this instant (`[llm] turn_timeout_s`).
     deadline: tokio::time::Instant,
     /// When the bubble's text was last saved while streaming.
@@ -151,13 +148,11 @@ impl Turn {
             sources: Vec::new(),
             knowledge_len: 0,
             unreported: 0,
-            recovered_share: None,
-            open_bubble: None,
+            written: written::Written::new(),
             deadline,
             checkpointed: now,
             tools,
             fence,
-            taken_over: false,
             began: now,
             phases: phases::Phases::default(),
             streamed: true,
@@ -184,12 +179,29 @@ impl Turn {
         Box::pin(self.settle()).await;
     }
 
-    /// The budget share is now reserved in the database and must be settled.
-    fn reserved(&mut self) {
-        if let Some(a) = self.admission.as_mut() {
-            a.mark_reserved();
-            self.app.store.budget().note_reserved(a.share());
+    /// The answer's first write landed with the turn's budget share reserved:
+    /// from now on its end and its settlement are owed.
+    fn opened(&mut self, bubble: &str) {
+        let share = self.admission.as_ref().map(|a| a.share().clone());
+        if let Some(share) = &share {
+            self.app.store.budget().note_reserved(share);
         }
+        self.open(bubble, share);
+    }
+
+    /// Unwritten → Open (`written.rs`); for a turn finished after a crash,
+    /// `share` is the dead turn's reservation.
+    fn open(&mut self, bubble: &str, share: Option<BudgetShare>) {
+        self.written = match self.written.take() {
+            written::Written::Unwritten(unwritten) => {
+                written::Written::Open(unwritten.open(bubble.to_string(), share))
+            }
+            // A turn opens one answer: a second open keeps what the first owes.
+            other => {
+                tracing::error!("a turn's answer was opened twice");
+                other
+            }
+        };
     }
 
     fn budget_refused(&self, reservation: Reservation) -> ApiError {
@@ -201,18 +213,17 @@ impl Turn {
     /// to what was spent — both guarded, so a reservation is settled exactly once
     /// whichever way the turn ended.
     async fn settle(&mut self) {
-        let admission = self.admission.take();
-        let Some(bubble) = self.open_bubble.take() else {
-            return;
+        // The stream slot is freed when the admission drops, at the end.
+        let _admission = self.admission.take();
+        // Unwritten owes nothing, Ended is settled, and the process that took
+        // the answer over settles it.
+        let open = match self.written.take() {
+            written::Written::Open(open) => open,
+            other => {
+                self.written = other;
+                return;
+            }
         };
-        if self.taken_over {
-            // The process that took the answer over settles it.
-            return;
-        }
-        let share = admission
-            .as_ref()
-            .and_then(Admission::reserved_share)
-            .or(self.recovered_share.as_ref());
         let spent = crate::budget::spent(self.usage, self.unreported);
         let store = &self.app.store;
         let failed = store
@@ -220,9 +231,17 @@ impl Turn {
             .until_written(&self.fence, "an unfinished answer", || {
                 store
                     .leases()
-                    .fail_streaming(&bubble, share, spent, &self.fence)
+                    .fail_streaming(&open.bubble, open.share.as_ref(), spent, &self.fence)
             })
             .await;
+        self.written = match failed {
+            Err(crate::store::StoreError::TakenOver) => {
+                written::Written::TakenOver(open.taken_over())
+            }
+            // Failed to write, the answer's row is still the lease's: the
+            // process that claims it fails and settles it.
+            _ => written::Written::Ended(open.ended()),
+        };
         if let Err(e) = failed {
             tracing::error!(
                 error = format!("{e:#}"),

@@ -10,7 +10,6 @@ use super::{Bubble, Turn};
 use crate::ask::prompt::{self, Part};
 use crate::clock::Millis;
 use crate::error::ApiError;
-use crate::guard::Admission;
 use crate::ids::{ConversationId, new_id};
 use crate::llm::{ChatMessage, ProviderError};
 use crate::states::{MessageStatus, Role};
@@ -215,12 +214,11 @@ impl Turn {
             self.start(Err(refusal));
             return false;
         }
-        self.reserved();
+        self.opened(bubble);
         if is_new {
             let site = &self.caller.site.config.id;
             self.app.live.publish(site, &self.conversation, "started");
         }
-        self.open_bubble = Some(bubble.to_string());
         true
     }
 
@@ -240,15 +238,13 @@ impl Turn {
                 citations: None,
                 usage: Usage::ZERO,
                 unreported: 0,
-                budget: self
-                    .admission
-                    .as_ref()
-                    .and_then(Admission::reserved_share)
-                    .cloned(),
+                budget: self.written.share().cloned(),
                 owner: self.fence.clone(),
             })
             .await?;
-        self.open_bubble = None;
+        if let super::written::Written::Open(open) = self.written.take() {
+            self.written = super::written::Written::Ended(open.ended());
+        }
         self.start(Err(ApiError::ProviderUnavailable));
         Ok(())
     }

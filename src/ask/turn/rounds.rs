@@ -23,9 +23,10 @@ impl Turn {
         bubble: &mut Bubble,
         mut first: Option<Result<ModelStream, ProviderError>>,
     ) -> TurnStatus {
-        let cap = match (&self.admission, &self.recovered_share) {
-            (Some(admission), _) => admission.cap(),
-            (None, Some(share)) => share.reserved as u64,
+        // The share the answer holds: the turn's own, or a dead turn's.
+        let cap = match (self.written.share(), &self.admission) {
+            (Some(share), _) => share.reserved as u64,
+            (None, Some(admission)) => admission.cap(),
             (None, None) => u64::MAX,
         };
         for round in 0..MAX_ROUNDS {
