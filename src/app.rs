@@ -166,7 +166,7 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
     for site in &config.sites {
         let tools = Catalog::new(&site.id, site.tools.clone(), mcp.of_site(&site.id))?;
         // The console's changes are read now, so the first turn needs no rebuild.
-        let _ = tools.fresh(&store).await;
+        let _ = tools.current(&store).await;
         sites.insert(
             site.id.clone(),
             Arc::new(Site {

@@ -139,6 +139,13 @@ pub fn loggable_url(text: &str) -> String {
     }
 }
 
+/// Whether two secrets (signatures, CSRF tokens) are equal, in time that does
+/// not depend on where they differ. The one comparison of secrets in the crate.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.ct_eq(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,7 +46,7 @@ pub async fn recover(app: &App, at_start: bool) -> anyhow::Result<()> {
                             error = format!("{e:#}"),
                             "a recovered call could not be finished"
                         );
-                        claimed::give_up(&app, &call, answer.as_ref(), &fence).await;
+                        claimed::fail_unfinished(&app, &call, answer.as_ref(), &fence).await;
                     }
                 }
             },
@@ -85,12 +85,12 @@ async fn finish(
 ) -> anyhow::Result<()> {
     let site = app.site(&call.site).cloned();
     let tools = match &site {
-        Some(site) => Some(site.tools.fresh(&app.store).await),
+        Some(site) => Some(site.tools.current(&app.store).await),
         None => None,
     };
     let plan = claimed::plan(tools.as_deref(), call);
     let Some(site) = site else {
-        claimed::give_up(app, call, answer.as_ref(), fence).await;
+        claimed::fail_unfinished(app, call, answer.as_ref(), fence).await;
         return Ok(());
     };
     let caller = Caller {
@@ -124,7 +124,7 @@ async fn finish(
                 error = format!("{e:#}"),
                 "a recovered turn's transcript could not be read"
             );
-            return claimed::fail_answer(app, &answer, fence).await;
+            return claimed::fail_interrupted_answer(app, &answer, fence).await;
         }
     };
     let results = tool_results(app, call, &answer, &outcome).await?;

@@ -63,7 +63,7 @@ pub async fn claim(app: &App, at_start: bool) -> anyhow::Result<Vec<Interrupted>
     for answer in answers.into_values() {
         let (app, fence) = (Arc::clone(app), fence.clone());
         app.clone().turns.spawn(async move {
-            match fail_answer(&app, &answer, &fence).await {
+            match fail_interrupted_answer(&app, &answer, &fence).await {
                 Ok(()) => {
                     tracing::warn!(message = %answer.id, "an answer interrupted by a stop was marked failed")
                 }
@@ -107,13 +107,17 @@ pub fn plan(tools: Option<&Toolbox>, call: &CallRow) -> Plan {
 }
 
 /// Marks an interrupted answer failed, charging an estimate of its saved text.
-pub async fn fail_answer(app: &App, answer: &StreamingAnswer, fence: &Fence) -> anyhow::Result<()> {
+pub async fn fail_interrupted_answer(
+    app: &App,
+    answer: &StreamingAnswer,
+    fence: &Fence,
+) -> anyhow::Result<()> {
     let spent = estimate_tokens(answer.text.len()) as i64;
     let store = &app.store;
     Ok(store
         .leases()
         .until_written(fence, "an interrupted answer", || {
-            store.leases().fail_answer(answer, spent, fence)
+            store.leases().fail_interrupted_answer(answer, spent, fence)
         })
         .await?)
 }
@@ -138,12 +142,17 @@ pub async fn fail_interrupted(
 
 /// When finishing a recovered call failed (the database, say): the call is failed
 /// as interrupted and its answer as failed, so neither is left without an end.
-pub async fn give_up(app: &App, call: &CallRow, answer: Option<&StreamingAnswer>, fence: &Fence) {
+pub async fn fail_unfinished(
+    app: &App,
+    call: &CallRow,
+    answer: Option<&StreamingAnswer>,
+    fence: &Fence,
+) {
     if let Err(e) = fail_interrupted(app, call, fence).await {
         tracing::error!(error = format!("{e:#}"), call = %call.id, "a recovered call could not be failed either");
     }
     if let Some(answer) = answer
-        && let Err(e) = fail_answer(app, answer, fence).await
+        && let Err(e) = fail_interrupted_answer(app, answer, fence).await
     {
         tracing::error!(
             error = format!("{e:#}"),

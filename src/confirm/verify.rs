@@ -10,6 +10,7 @@ use crate::app::App;
 use crate::error::ApiError;
 use crate::guard::Caller;
 use crate::ids::{CallId, ConversationId};
+use crate::secret::constant_time_eq;
 use crate::states::{AuditEvent, CallKind, CallStatus, Reason};
 use crate::store::{AuditRow, CallRow};
 use crate::tools::Tool;
@@ -78,7 +79,7 @@ pub async fn verify_answer(
     if let Some(target) = caller
         .site
         .tools
-        .snapshot()
+        .last_read()
         .get(&call.tool)
         .and_then(|t| t.mcp.clone())
     {
@@ -86,7 +87,7 @@ pub async fn verify_answer(
     }
     // The tools as they stand in the database now: a change made on another
     // replica a moment ago counts (SPEC §8).
-    let tools = caller.site.tools.fresh(&app.store).await;
+    let tools = caller.site.tools.current(&app.store).await;
     let tool = tools
         .get(&call.tool)
         .filter(|t| Some(&t.digest) == call.config_digest.as_ref());
@@ -121,9 +122,4 @@ pub async fn refuse(app: &App, call: &CallRow, reason: Reason) -> anyhow::Result
             app.clock.now_ms(),
         ))
         .await?)
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    use subtle::ConstantTimeEq;
-    a.len() == b.len() && bool::from(a.ct_eq(b))
 }

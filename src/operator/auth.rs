@@ -12,7 +12,7 @@ use super::accounts::{TOKEN_PREFIX, token_hash};
 use crate::app::App;
 use crate::clock::Millis;
 use crate::error::ApiError;
-use crate::secret::Key;
+use crate::secret::{Key, constant_time_eq};
 use crate::states::OperatorRole;
 
 /// The session cookie's name.
@@ -179,9 +179,4 @@ pub fn set_cookie(value: Option<&str>, secure: bool) -> String {
             format!("{COOKIE}=; Path=/v1/operator; HttpOnly; SameSite=Strict; Max-Age=0{secure}")
         }
     }
-}
-
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    use subtle::ConstantTimeEq;
-    a.len() == b.len() && bool::from(a.ct_eq(b))
 }

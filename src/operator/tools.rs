@@ -40,7 +40,7 @@ pub async fn list(
     let mut items = Vec::new();
     for site in sites {
         // One read of the site's tools for all of them.
-        let view = site.tools.view(&app.store).await;
+        let view = site.tools.for_console(&app.store).await;
         items.extend(
             view.base
                 .tools
@@ -91,7 +91,7 @@ pub async fn change(
     operator.require_admin()?;
     let change: ToolChange = parse_json(&body)?;
     let site = Arc::clone(known_site(&app, &site_id)?);
-    let before = site.tools.view(&app.store).await;
+    let before = site.tools.for_console(&app.store).await;
     let file = before
         .base
         .tools
@@ -140,7 +140,7 @@ pub async fn change(
         stale_cards = stale.len(),
         "a tool was changed in the console"
     );
-    let view = site.tools.view(&app.store).await;
+    let view = site.tools.for_console(&app.store).await;
     let view = tool_view(&site, &view, &name).ok_or(ApiError::Missing("tool"))?;
     Ok(Json(view))
 }
@@ -208,7 +208,7 @@ pub async fn preview(
     JsonBody(request): JsonBody<PreviewRequest>,
 ) -> Result<Json<CardPreview>, ApiError> {
     let site = known_site(&app, &site_id)?;
-    let toolbox = site.tools.fresh(&app.store).await;
+    let toolbox = site.tools.current(&app.store).await;
     let tool = toolbox.get(&name).ok_or(ApiError::Missing("tool"))?;
     let raw =
         serde_json::to_string(&request.arguments).map_err(|e| ApiError::Internal(e.into()))?;

@@ -68,7 +68,7 @@ impl Catalog {
     }
 
     /// The toolbox as last read, without asking the database.
-    pub fn snapshot(&self) -> Arc<Toolbox> {
+    pub fn last_read(&self) -> Arc<Toolbox> {
         match self.current.read() {
             Ok(c) => Arc::clone(&c.toolbox),
             Err(poisoned) => Arc::clone(&poisoned.get_ref().toolbox),
@@ -78,12 +78,12 @@ impl Catalog {
     /// The toolbox with every override stored so far. If the database cannot be
     /// read the last known toolbox is used and the failure logged: a change made
     /// before the outage is already in it.
-    pub async fn fresh(&self, store: &Store) -> Arc<Toolbox> {
+    pub async fn current(&self, store: &Store) -> Arc<Toolbox> {
         match self.refresh(store).await {
             Ok(toolbox) => toolbox,
             Err(e) => {
                 tracing::warn!(site = %self.site, error = format!("{e:#}"), "tool changes could not be read");
-                self.snapshot()
+                self.last_read()
             }
         }
     }
@@ -91,8 +91,8 @@ impl Catalog {
     /// The toolbox, the console's overrides it was built with and the tools as
     /// they were before those, read together after bringing them up to date (for
     /// showing tools, not for running them).
-    pub async fn view(&self, store: &Store) -> View {
-        let _ = self.fresh(store).await;
+    pub async fn for_console(&self, store: &Store) -> View {
+        let _ = self.current(store).await;
         let current = match self.current.read() {
             Ok(c) => c,
             Err(poisoned) => poisoned.into_inner(),
@@ -107,12 +107,12 @@ impl Catalog {
     /// The toolbox brought up to `version`, the site's tool version just read
     /// by the caller (a question's turn reads it with its budget, in one round
     /// trip); the overrides are read only when it moved.
-    pub async fn fresh_at(&self, store: &Store, version: i64) -> Arc<Toolbox> {
+    pub async fn current_at(&self, store: &Store, version: i64) -> Arc<Toolbox> {
         match self.refresh_to(store, version).await {
             Ok(toolbox) => toolbox,
             Err(e) => {
                 tracing::warn!(site = %self.site, error = format!("{e:#}"), "tool changes could not be read");
-                self.snapshot()
+                self.last_read()
             }
         }
     }

@@ -160,9 +160,9 @@ impl Turn {
                 // last read here may be older than an operator's change.
                 Some(share) if early => store.budget().and_tool_version(&share, now).await?.1,
                 Some(share) => crate::guard::budget_open_with_tool_version(&app, &share).await?,
-                None => return Ok(site.tools.fresh(store).await),
+                None => return Ok(site.tools.current(store).await),
             };
-            Ok(site.tools.fresh_at(store, version).await)
+            Ok(site.tools.current_at(store, version).await)
         }
     }
 

@@ -67,7 +67,7 @@ impl Budgets<'_> {
         let read = self
             .0
             .site_reads
-            .fresh(&share.site, &share.day, || async {
+            .shared(&share.site, &share.day, || async {
                 let known = &self.0.known_budgets;
                 let mark = known.before_read(&share.site);
                 let found = self.read_with_tool_version(share).await?;

@@ -60,7 +60,7 @@ pub(in crate::store) struct SiteReads {
 impl SiteReads {
     /// The latest read of `site` for `day` that began after this call, made by
     /// `read` if no such read has ended by the time the site's slot is free.
-    pub(in crate::store) async fn fresh<F, Fut>(
+    pub(in crate::store) async fn shared<F, Fut>(
         &self,
         site: &str,
         day: &str,
@@ -159,14 +159,14 @@ mod tests {
     ) {
         let first = tokio::spawn({
             let (reads, read) = (reads.clone(), gated(made, gate, outcome(1)));
-            async move { reads.fresh("s", "d", read).await }
+            async move { reads.shared("s", "d", read).await }
         });
         tokio::task::yield_now().await;
         let mut waiting = Vec::new();
         for _ in 0..10 {
             let (reads, read) = (reads.clone(), gated(made, gate, outcome(2)));
             waiting.push(tokio::spawn(
-                async move { reads.fresh("s", "d", read).await },
+                async move { reads.shared("s", "d", read).await },
             ));
         }
         tokio::task::yield_now().await;
@@ -181,7 +181,7 @@ mod tests {
     ) {
         gate.notify_one();
         let later = reads
-            .fresh("s", "d", gated(made, gate, Ok(found(3))))
+            .shared("s", "d", gated(made, gate, Ok(found(3))))
             .await
             .unwrap();
         assert_eq!(later.tool_version, 3);
@@ -237,22 +237,31 @@ mod tests {
     async fn a_read_of_another_day_or_site_is_not_taken() {
         let reads = SiteReads::default();
         let at = |version| move || async move { Ok(found(version)) };
-        assert_eq!(reads.fresh("s", "d1", at(1)).await.unwrap().tool_version, 1);
-        assert_eq!(reads.fresh("s", "d2", at(2)).await.unwrap().tool_version, 2);
-        assert_eq!(reads.fresh("t", "d2", at(3)).await.unwrap().tool_version, 3);
+        assert_eq!(
+            reads.shared("s", "d1", at(1)).await.unwrap().tool_version,
+            1
+        );
+        assert_eq!(
+            reads.shared("s", "d2", at(2)).await.unwrap().tool_version,
+            2
+        );
+        assert_eq!(
+            reads.shared("t", "d2", at(3)).await.unwrap().tool_version,
+            3
+        );
     }
 
     #[tokio::test]
     async fn a_read_failing_for_another_cause_is_not_kept() {
         let reads = SiteReads::default();
         let failed = reads
-            .fresh("s", "d", || async {
+            .shared("s", "d", || async {
                 Err(StoreError::Corrupt("bad row".into()))
             })
             .await;
         assert!(matches!(failed, Err(StoreError::Corrupt(_))));
         let next = reads
-            .fresh("s", "d", || async { Ok(found(7)) })
+            .shared("s", "d", || async { Ok(found(7)) })
             .await
             .unwrap();
         assert_eq!(next.tool_version, 7);

@@ -226,13 +226,13 @@ impl Leases<'_> {
 
     /// Marks an interrupted answer failed, keeping its saved text, and gives its
     /// budget reservation back (settled to `spent`, an estimate of what it used).
-    pub async fn fail_answer(
+    pub async fn fail_interrupted_answer(
         self,
         answer: &StreamingAnswer,
         spent: i64,
         fence: &Fence,
     ) -> StoreResult<()> {
-        self.fail_streaming(&answer.id, answer.share().as_ref(), spent, fence)
+        self.fail_open_answer(&answer.id, answer.share().as_ref(), spent, fence)
             .await
     }
 
@@ -240,7 +240,7 @@ impl Leases<'_> {
     /// if it is still streaming under `fence`, so a reservation is never given
     /// back twice; `TakenOver` when it no longer is. The budget row is written
     /// first, as in every turn's writes (see `Store::decide`).
-    pub async fn fail_streaming(
+    pub async fn fail_open_answer(
         self,
         message: &str,
         share: Option<&BudgetShare>,
