@@ -57,6 +57,9 @@ enum OperatorCommand {
         email: String,
         #[arg(long, value_parser = ["admin", "agent"], default_value = "admin")]
         role: String,
+        /// The name visitors see on this operator's replies (never the email).
+        #[arg(long)]
+        name: Option<String>,
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -277,8 +280,12 @@ async fn operator(command: OperatorCommand, env: &Env) -> anyhow::Result<ExitCod
         OperatorCommand::Add {
             email,
             role: r,
+            name,
             config,
-        } => commands::add(&command_store(config, env).await?, &email, role(&r)?).await,
+        } => {
+            let store = command_store(config, env).await?;
+            commands::add(&store, &email, role(&r)?, name.as_deref()).await
+        }
         OperatorCommand::Token {
             name,
             role: r,

@@ -56,6 +56,12 @@ pub enum ApiError {
     CsrfInvalid,
     #[error("{0} not found")]
     Missing(&'static str),
+    #[error("another operator holds this conversation")]
+    ConversationHeld,
+    #[error("you do not hold this conversation")]
+    NotHeld,
+    #[error("this site does not hand conversations to people")]
+    HandoffDisabled,
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -66,13 +72,12 @@ impl ApiError {
         match self {
             InvalidRequest(_) => StatusCode::BAD_REQUEST,
             InvalidVisitorToken | OperatorUnauthenticated | LoginFailed => StatusCode::UNAUTHORIZED,
-            OriginNotAllowed | IdentityInvalid | SignatureInvalid | Forbidden | CsrfInvalid => {
-                StatusCode::FORBIDDEN
-            }
+            OriginNotAllowed | IdentityInvalid | SignatureInvalid | Forbidden | CsrfInvalid
+            | HandoffDisabled => StatusCode::FORBIDDEN,
             SiteNotFound | ConversationNotFound | CallNotFound | NotFound | Missing(_) => {
                 StatusCode::NOT_FOUND
             }
-            CallNotPending => StatusCode::CONFLICT,
+            CallNotPending | ConversationHeld | NotHeld => StatusCode::CONFLICT,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ConfirmationExpired => StatusCode::GONE,
             MessageTooLong(_) | BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -109,6 +114,9 @@ impl ApiError {
             LoginFailed => "login_failed",
             Forbidden => "forbidden",
             CsrfInvalid => "csrf_invalid",
+            ConversationHeld => "conversation_held",
+            NotHeld => "not_held",
+            HandoffDisabled => "handoff_disabled",
             Internal(_) => "internal_error",
         }
     }

@@ -15,6 +15,7 @@ mod console;
 pub(crate) mod conversation;
 mod crashpoint;
 pub mod demo;
+mod desk;
 mod error;
 mod guard;
 /// The guards' counters, for tests and benchmarks that play a replica.

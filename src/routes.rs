@@ -30,6 +30,7 @@ pub fn router(app: App) -> Router {
         .merge(crate::visitor::router())
         .merge(crate::ask::router())
         .merge(crate::conversation::router())
+        .merge(crate::desk::router())
         .merge(crate::widget::router())
         .merge(crate::operator::router())
         .merge(crate::console::router())
@@ -92,6 +93,7 @@ pub async fn serve(
     let sweeper = tokio::spawn(crate::confirm::expiry::sweep_forever(app.clone()));
     let knowledge = tokio::spawn(crate::knowledge::shared::follow_forever(app.clone()));
     let lease = tokio::spawn(crate::ask::lease_forever(app.clone()));
+    let desk = tokio::spawn(crate::desk::notify::listen_forever(app.clone()));
     let server = &app.config.server;
     let limits = crate::server::limits::Limits {
         max_connections: server.max_connections.max(1),
@@ -107,6 +109,7 @@ pub async fn serve(
     crate::server::run(listener, router, limits, proxies, shutdown).await?;
     sweeper.abort();
     knowledge.abort();
+    desk.abort();
     app.turns.close();
     if tokio::time::timeout(Duration::from_secs(30), app.turns.wait())
         .await

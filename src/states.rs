@@ -116,6 +116,10 @@ text_enum!(
         Refused = "refused",
         /// An operator changed a tool in the console (SPEC §15).
         ToolChanged = "tool_changed",
+        /// A conversation went to a person: the queue or an operator (SPEC §19).
+        Handoff = "handoff",
+        /// A conversation went back to the assistant (SPEC §19).
+        Released = "released",
     }
 );
 
@@ -156,6 +160,10 @@ text_enum!(
     Role ("message role") {
         Visitor = "visitor",
         Assistant = "assistant",
+        /// A person on the desk replying (SPEC §19), shown with their display name.
+        Operator = "operator",
+        /// A line of the conversation's own, such as "Back with the assistant".
+        Event = "event",
     }
 );
 

@@ -69,13 +69,25 @@ async fn ask(
                     _ => return Err(ApiError::ConversationNotFound),
                 },
             };
+            // While a person holds the conversation the message is theirs to
+            // answer: stored and acknowledged, never sent to the model. The
+            // turn listens for changes of holder from before this read.
+            let desk = app.store.desk().subscribe();
+            if let Some(id) = &conversation
+                && let Some(queued) =
+                    Box::pin(crate::desk::queued(&app, &caller, id, &message)).await?
+            {
+                return Ok(queued);
+            }
             let admission = Box::pin(guard::admit_question(&app, &caller)).await?;
             let span = tracing::info_span!(
                 "turn",
                 site = %caller.site.config.id,
                 conversation = tracing::field::Empty
             );
-            let turn = Turn::new(app.clone(), caller, admission, sink, ready).received_at(received);
+            let turn = Turn::new(app.clone(), caller, admission, sink, ready)
+                .received_at(received)
+                .watching(desk);
             app.turns
                 .spawn(turn.question(conversation, message).instrument(span));
         }

@@ -83,6 +83,28 @@ pub async fn history(store: &Store, conversation: &str) -> anyhow::Result<Vec<Ch
                 content: m.text.clone(),
                 tool_calls: Vec::new(),
             },
+            // A person's reply stands on the desk's side of the conversation,
+            // marked so the model does not take it for its own words.
+            Role::Operator => ChatMessage::Assistant {
+                content: format!(
+                    "[{} — a person from the support team — wrote:] {}",
+                    m.author
+                        .as_deref()
+                        .unwrap_or(crate::desk::DEFAULT_OPERATOR_NAME),
+                    m.text
+                ),
+                tool_calls: Vec::new(),
+            },
+            Role::Event => ChatMessage::System {
+                content: format!("{RELEASED_NOTE} ({})", m.text),
+            },
         })
         .collect())
 }
+
+/// What the model is told where a person handed the conversation back: the
+/// human segment before it is settled, and not to be asked again.
+pub const RELEASED_NOTE: &str = "A person from the support team handled the conversation up to here \
+     (their messages are marked). What they settled with the visitor is settled: do not ask \
+     the visitor again for what they already gave, and do not hand the conversation to a \
+     person again for the same matter.";

@@ -235,8 +235,19 @@ pub struct SiteConfig {
     /// MCP servers whose tools join the site's (SPEC §17).
     #[serde(default, rename = "mcp")]
     pub mcp: Vec<McpConfig>,
+    /// The human desk (SPEC §19).
+    #[serde(default)]
+    pub handoff: HandoffConfig,
     #[serde(skip)]
     pub identity_secret: Option<Secret>,
+}
+
+/// `[site.handoff]`: whether visitors may reach a person (SPEC §19).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffConfig {
+    #[serde(default)]
+    pub enabled: bool,
 }
 
 /// `any`: a `user_hash` or an identity token; `jwt`: identity tokens only (a leaked

@@ -74,6 +74,7 @@ pub(crate) fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -
                 created_at: rfc3339(m.created_at),
                 citations,
                 steps: assistant.then(|| steps.remove(m.id.as_str()).unwrap_or_default()),
+                name: m.author,
                 text: m.text,
                 id: m.id,
             }

@@ -114,3 +114,27 @@ async fn reserve(app: &App, caller: &Caller, budget_first: bool) -> Result<Admis
     };
     Ok(Admission { share, _slot: slot })
 }
+
+/// At most this many live channels (`GET /v1/conversations/{id}/events`) per
+/// visitor and site at once: a widget open in a few tabs, not a flood.
+pub const EVENT_STREAMS_PER_VISITOR: u32 = 8;
+
+/// A slot for one visitor's live channel (SPEC §19), counted like answer
+/// streams (across replicas when Redis is configured); 429 `too_many_streams`
+/// past the cap.
+pub async fn admit_event_stream(app: &App, caller: &Caller) -> Result<StreamSlot, ApiError> {
+    let keys = [(
+        format!("e|{}|{}", caller.site.config.id, caller.visitor),
+        EVENT_STREAMS_PER_VISITOR,
+    )];
+    match app.counters.acquire(&keys).await {
+        Ok(Some(slot)) => Ok(slot),
+        Ok(None) => Err(super::refused(ApiError::TooManyStreams(
+            STREAMS_RETRY_AFTER_S,
+        ))),
+        Err(r) => Err(super::refused(super::refusal_error(
+            r,
+            ApiError::TooManyStreams,
+        ))),
+    }
+}

@@ -10,7 +10,9 @@ pub mod rate;
 pub mod redis;
 pub mod streams;
 
-pub use admission::{Admission, admit_question, admit_turn, budget_open_with_tool_version};
+pub use admission::{
+    Admission, admit_event_stream, admit_question, admit_turn, budget_open_with_tool_version,
+};
 use counters::Refusal;
 pub use peer::{Peer, client_ip, limit_key};
 

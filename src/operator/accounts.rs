@@ -74,6 +74,27 @@ pub fn token_hash(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
+/// The longest display name, in characters.
+pub const MAX_DISPLAY_NAME_CHARS: usize = 60;
+
+/// A display name is what visitors read beside an operator's replies: one
+/// short line of visible text.
+pub fn check_display_name(name: &str) -> Result<(), String> {
+    let count = name.chars().count();
+    if count == 0 || count > MAX_DISPLAY_NAME_CHARS {
+        return Err(format!(
+            "must have 1 to {MAX_DISPLAY_NAME_CHARS} characters"
+        ));
+    }
+    if name
+        .chars()
+        .any(|c| c.is_control() || crate::tools::render::hidden(c))
+    {
+        return Err("must not contain control or invisible characters".into());
+    }
+    Ok(())
+}
+
 /// Creates an operator; an email that exists already is an error.
 pub async fn add_operator(
     store: &Store,

@@ -12,7 +12,19 @@ use crate::store::Store;
 /// Creates an operator. The password is read from standard input when it is not
 /// a terminal (one line; the line break is not part of it); otherwise, or when
 /// the input is empty, one is generated and printed once.
-pub async fn add(store: &Store, email: &str, role: OperatorRole) -> anyhow::Result<ExitCode> {
+pub async fn add(
+    store: &Store,
+    email: &str,
+    role: OperatorRole,
+    name: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let name = name.map(str::trim);
+    if let Some(name) = name
+        && let Err(why) = accounts::check_display_name(name)
+    {
+        eprintln!("deskbell: --name {why}");
+        return Ok(ExitCode::from(2));
+    }
     let given = match std::io::stdin().is_terminal() {
         true => String::new(),
         false => {
@@ -31,6 +43,9 @@ pub async fn add(store: &Store, email: &str, role: OperatorRole) -> anyhow::Resu
     }
     accounts::add_operator(store, email, role, &password, SystemClock.now_ms()).await?;
     let email = accounts::normalise_email(email);
+    if let Some(name) = name {
+        store.operators().set_name(&email, name).await?;
+    }
     println!("operator {email} ({role}) created");
     if generated {
         println!("password: {password}");

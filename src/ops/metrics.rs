@@ -44,6 +44,10 @@ pub fn install() -> anyhow::Result<&'static PrometheusHandle> {
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_counter!("deskbell_turns_total", "Turns ended, by site and status.");
+    describe_counter!(
+        "deskbell_handoffs_total",
+        "Conversations handed to a person, by site and by who asked (visitor, assistant, console)."
+    );
     describe_histogram!(
         "deskbell_time_to_first_token_seconds",
         "From the ask's arrival to the first streamed text."
@@ -156,6 +160,13 @@ pub fn tool_call(site: &str, tool: Option<&str>, policy: &'static str, outcome: 
 
 pub fn confirmation(site: &str, decision: &'static str) {
     counter!("deskbell_confirmations_total", "site" => site.to_string(), "decision" => decision)
+        .increment(1);
+}
+
+/// A conversation went to a person (SPEC §19); `from` is who asked:
+/// `visitor`, `assistant` or `console`.
+pub fn handoff(site: &str, from: &str) {
+    counter!("deskbell_handoffs_total", "site" => site.to_string(), "from" => from.to_string())
         .increment(1);
 }
 

@@ -31,7 +31,7 @@ pub struct AuditRow {
 }
 
 /// Inserts one audit row with any executor, so it can join a transaction.
-pub(super) async fn insert<'e, E>(executor: E, row: &AuditRow) -> Result<(), sqlx::Error>
+pub(in crate::store) async fn insert<'e, E>(executor: E, row: &AuditRow) -> Result<(), sqlx::Error>
 where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {

@@ -27,6 +27,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!(
     (7, "duties", "common/0007_duties.sql"),
     (8, "knowledge", "common/0008_knowledge.sql"),
     (9, "ingest jobs", "common/0009_ingest_jobs.sql"),
+    (10, "human desk", "common/0010_human_desk.sql"),
 );
 
 const POSTGRES: &[(i64, &str, &str)] = embedded!(
@@ -47,6 +48,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!(
     (7, "duties", "common/0007_duties.sql"),
     (8, "knowledge", "common/0008_knowledge.sql"),
     (9, "ingest jobs", "common/0009_ingest_jobs.sql"),
+    (10, "human desk", "common/0010_human_desk.sql"),
 );
 
 #[derive(Debug)]

@@ -11,6 +11,7 @@ mod budget;
 mod calls;
 mod cards;
 mod conversations;
+pub mod desk;
 mod error;
 pub mod ingests;
 mod installation;
@@ -91,6 +92,8 @@ pub struct Store {
     known_budgets: std::sync::Arc<budget::KnownBudgets>,
     /// When this process last forgot old sign-in failures and their keys.
     login_keys_purged_at: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Wakes this process's readers of a conversation's desk events (`desk.rs`).
+    desk_events: tokio::sync::broadcast::Sender<String>,
 }
 
 /// A transaction on either backend.
@@ -209,6 +212,7 @@ impl Store {
                     site_reads: Default::default(),
                     known_budgets: Default::default(),
                     login_keys_purged_at: Default::default(),
+                    desk_events: tokio::sync::broadcast::channel(1024).0,
                 }
             }
             Backend::Postgres => {
@@ -226,6 +230,7 @@ impl Store {
                     site_reads: Default::default(),
                     known_budgets: Default::default(),
                     login_keys_purged_at: Default::default(),
+                    desk_events: tokio::sync::broadcast::channel(1024).0,
                 }
             }
         };

@@ -75,6 +75,26 @@ impl Operators<'_> {
             .transpose()?)
     }
 
+    /// The name visitors see for an operator, if one was set.
+    pub async fn name(self, email: &str) -> StoreResult<Option<String>> {
+        let name: Option<Option<String>> =
+            sqlx::query_scalar("SELECT name FROM operators WHERE email = $1")
+                .bind(email)
+                .fetch_optional(self.0.pool())
+                .await?;
+        Ok(name.flatten())
+    }
+
+    /// Sets the name visitors see for an operator; `false` for no such operator.
+    pub async fn set_name(self, email: &str, name: &str) -> StoreResult<bool> {
+        let done = sqlx::query("UPDATE operators SET name = $1 WHERE email = $2")
+            .bind(name)
+            .bind(email)
+            .execute(self.0.writer())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     pub async fn count(self) -> StoreResult<i64> {
         let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM operators")
             .fetch_one(self.0.pool())

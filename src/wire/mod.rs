@@ -3,8 +3,10 @@
 //! (`operator.rs`). A change here is a change of the public
 //! contract, so these types live together and nowhere else.
 
+mod desk;
 mod operator;
 
+pub use desk::*;
 pub use operator::*;
 
 use serde::{Deserialize, Serialize};
@@ -203,6 +205,11 @@ pub enum StreamEvent {
         status: TurnStatus,
         usage: Usage,
     },
+    /// A person took the conversation (SPEC §19): the assistant stops here.
+    Holder {
+        holder: HolderKind,
+        name: Option<String>,
+    },
 }
 
 impl StreamEvent {
@@ -217,6 +224,7 @@ impl StreamEvent {
             StreamEvent::Citations { .. } => "citations",
             StreamEvent::Error { .. } => "error",
             StreamEvent::Done { .. } => "done",
+            StreamEvent::Holder { .. } => "holder",
         }
     }
 }
@@ -241,6 +249,9 @@ pub struct MessageView {
     pub citations: Option<Vec<Citation>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<Vec<StepView>>,
+    /// An operator's display name on their replies (SPEC §19).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -292,6 +303,9 @@ pub(crate) enum ErrorCodeDoc {
     LoginFailed,
     Forbidden,
     CsrfInvalid,
+    ConversationHeld,
+    NotHeld,
+    HandoffDisabled,
     InternalError,
 }
 

@@ -322,6 +322,7 @@ fn continuation_bubble(
         owner: None,
         budget_day: None,
         reserved: 0,
+        author: None,
     }
 }
 

@@ -6,6 +6,7 @@ mod cli;
 mod confirm;
 mod connections;
 mod crash;
+mod desk;
 mod doors;
 mod early_ask;
 mod edges;

@@ -11,6 +11,7 @@ use deskbell::testkit::{FakeLlm, Webhook};
 use serde_json::Value;
 
 mod console;
+mod live;
 mod processes;
 mod redis;
 mod reply;
@@ -21,7 +22,7 @@ pub use processes::{
     succeeded,
 };
 pub use redis::{RedisChild, redis_url};
-pub use reply::{Reply, parse_sse, read};
+pub use reply::{Reply, parse_sse, parse_sse_with_ids, read};
 
 pub const ORIGIN: &str = "https://shop.example";
 
@@ -151,6 +152,7 @@ pub fn message_row(
         owner: None,
         budget_day: None,
         reserved: 0,
+        author: None,
     }
 }
 

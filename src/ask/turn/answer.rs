@@ -100,11 +100,17 @@ impl Turn {
         context: Vec<ChatMessage>,
         mut bubble: Bubble,
     ) -> anyhow::Result<()> {
+        // A card stays answerable while a person holds the conversation: the
+        // call runs, but the model is not asked to go on (SPEC §19).
+        let held = Box::pin(self.handed_off()).await;
         let mut messages = self.continuation(context);
         let first = self
-            .run_confirmed(call, tool, &arguments.value, &mut messages)
+            .run_confirmed(call, tool, &arguments.value, &mut messages, held.is_ok())
             .await?;
-        let status = self.rounds(messages, &mut bubble, Some(first)).await;
+        let status = match held {
+            Err(stop) => Box::pin(self.stopped(stop)).await,
+            Ok(()) => self.rounds(messages, &mut bubble, first).await,
+        };
         self.close(bubble, status).await
     }
 
@@ -172,7 +178,8 @@ impl Turn {
         tool: &Tool,
         arguments: &serde_json::Value,
         messages: &mut Vec<ChatMessage>,
-    ) -> anyhow::Result<Result<ModelStream, ProviderError>> {
+        ask_model: bool,
+    ) -> anyhow::Result<Option<Result<ModelStream, ProviderError>>> {
         let (outcome, status) = self.run_tool(&call.id, tool, arguments).await?;
         self.sources.push(Citation {
             n: 1,
@@ -187,7 +194,13 @@ impl Turn {
         self.refresh_tools().await;
         let record = confirm::run::record(&self.app, call, &outcome, status, &self.fence);
         let request = self.request(messages, 0);
-        let (recorded, first) = tokio::join!(record, self.model(request));
+        let model = async {
+            match ask_model {
+                true => Some(self.model(request).await),
+                false => None,
+            }
+        };
+        let (recorded, first) = tokio::join!(record, model);
         recorded?;
         self.sink.send(step_event(&call.id, tool, status)).await;
         Ok(first)

@@ -10,6 +10,19 @@ use crate::wire::{Citation, StreamEvent, TurnStatus};
 
 impl Turn {
     pub(super) async fn stopped(&mut self, stop: Stop) -> TurnStatus {
+        if let Stop::HandedOff(holder) = &stop {
+            let name = crate::desk::display_name(&self.app, holder)
+                .await
+                .unwrap_or_default();
+            let event = crate::desk::holder_event(holder, name.as_deref());
+            self.sink
+                .send(StreamEvent::Holder {
+                    holder: event.holder,
+                    name: event.name,
+                })
+                .await;
+            return TurnStatus::Answered;
+        }
         let (code, message) = match stop {
             Stop::TakenOver => {
                 tracing::warn!(
@@ -37,6 +50,7 @@ impl Turn {
                     "The assistant's model stopped answering. Please try again.",
                 )
             }
+            Stop::HandedOff(_) => unreachable_handed_off(),
             Stop::Internal(e) => {
                 tracing::error!(error = format!("{e:#}"), "a turn failed");
                 (
@@ -190,6 +204,14 @@ impl Turn {
         Box::pin(self.settle()).await;
         self.start(Err(refused));
     }
+}
+
+/// `stopped` answers a handoff before it matches the failures.
+fn unreachable_handed_off() -> (&'static str, &'static str) {
+    (
+        "internal_error",
+        "Something went wrong on our side. Please try again.",
+    )
 }
 
 pub(in crate::ask) fn step_event(

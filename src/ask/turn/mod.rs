@@ -15,6 +15,7 @@
 mod answer;
 mod calls;
 mod finish;
+mod handoff;
 mod head;
 mod phases;
 mod question;
@@ -47,6 +48,9 @@ enum Stop {
     /// more of it is written or told but that (`store::ownership`).
     TakenOver,
     Internal(anyhow::Error),
+    /// A person took the conversation while the assistant answered (SPEC §19):
+    /// it stops at once, keeping what it had said.
+    HandedOff(crate::store::desk::Holder),
 }
 
 impl From<anyhow::Error> for Stop {
@@ -109,6 +113,12 @@ pub struct Turn {
     /// Counts this turn in the open-streams gauge from its ask until it ends
     /// (a visitor who left meanwhile is counted until then).
     _open: Option<crate::ops::metrics::OpenStream>,
+    /// Wake-ups for changes of holder (`store::desk`): a person taking the
+    /// conversation stops the assistant at once (SPEC §19).
+    desk: tokio::sync::broadcast::Receiver<String>,
+    /// Whether the holder was read after `desk` began listening; until then
+    /// the turn reads it before it asks the model.
+    holder_known: bool,
 }
 
 impl Turn {
@@ -118,6 +128,14 @@ impl Turn {
         turn.ready = Some(ready);
         turn._open = Some(crate::ops::metrics::OpenStream::open());
         turn
+    }
+
+    /// A question whose conversation the handler found with the assistant
+    /// after `desk` began listening: any later change of holder wakes it.
+    pub fn watching(mut self, desk: tokio::sync::broadcast::Receiver<String>) -> Self {
+        self.desk = desk;
+        self.holder_known = true;
+        self
     }
 
     /// Times the turn from `received`, when its request reached the handler, so
@@ -132,8 +150,9 @@ impl Turn {
         let now = tokio::time::Instant::now();
         let deadline = now + std::time::Duration::from_secs_f64(app.config.llm.turn_timeout_s);
         sink.until(deadline);
-        let tools = caller.site.tools.snapshot();
+        let tools = caller.site.tools.last_read();
         let fence = app.store.leases().fence();
+        let app_desk = app.store.desk().subscribe();
         Self {
             app,
             caller,
@@ -157,6 +176,8 @@ impl Turn {
             phases: phases::Phases::default(),
             streamed: true,
             _open: None,
+            desk: app_desk,
+            holder_known: false,
         }
     }
 
@@ -229,9 +250,12 @@ impl Turn {
         let failed = store
             .leases()
             .until_written(&self.fence, "an unfinished answer", || {
-                store
-                    .leases()
-                    .fail_streaming(&open.bubble, open.share.as_ref(), spent, &self.fence)
+                store.leases().fail_open_answer(
+                    &open.bubble,
+                    open.share.as_ref(),
+                    spent,
+                    &self.fence,
+                )
             })
             .await;
         self.written = match failed {
@@ -252,7 +276,11 @@ impl Turn {
 
     fn request(&self, messages: &[ChatMessage], round: usize) -> ChatRequest {
         let tools = if round + 1 < MAX_ROUNDS {
-            self.tools.offered(self.withheld.as_deref())
+            let mut tools = self.tools.offered(self.withheld.as_deref());
+            if self.caller.site.config.handoff.enabled {
+                tools.push(crate::desk::handoff_tool());
+            }
+            tools
         } else {
             Vec::new()
         };
@@ -292,7 +320,7 @@ impl Turn {
     /// Reads the site's tools again, for the next model round or the calls of
     /// the last one.
     async fn refresh_tools(&mut self) {
-        self.tools = self.caller.site.tools.fresh(&self.app.store).await;
+        self.tools = self.caller.site.tools.current(&self.app.store).await;
     }
 
     /// Tells the handler how the start went; only the first word counts.
@@ -332,6 +360,7 @@ impl Turn {
             owner: None,
             budget_day: None,
             reserved: 0,
+            author: None,
         }
     }
 

@@ -34,6 +34,11 @@ impl Turn {
                 tracing::info!(cap, "the turn reached its token cap");
                 return TurnStatus::Answered;
             }
+            // A person holding the conversation gets no words of the model's:
+            // not from a continuation, nor from a turn finished after a crash.
+            if let Err(stop) = Box::pin(self.handed_off()).await {
+                return Box::pin(self.stopped(stop)).await;
+            }
             if first.is_none() {
                 Box::pin(self.refresh_tools()).await;
             }
@@ -53,6 +58,11 @@ impl Turn {
             };
             if calls.is_empty() || round + 1 == MAX_ROUNDS {
                 return TurnStatus::Answered;
+            }
+            // The assistant asked for a person: the conversation waits for one
+            // and the assistant says nothing more (SPEC §19).
+            if let Some(reason) = self.handoff_asked(&calls) {
+                return Box::pin(self.hand_off(&reason)).await;
             }
             messages.push(ChatMessage::Assistant {
                 content: text,
@@ -115,6 +125,10 @@ impl Turn {
                     if let Err(stop) = self.still_held().await {
                         break Err(stop);
                     }
+                    // Nor once a person has the conversation.
+                    if let Err(stop) = self.handed_off().await {
+                        break Err(stop);
+                    }
                     if !self.streamed {
                         self.streamed = true;
                         self.phases.first_token(self.began);
@@ -174,6 +188,33 @@ impl Turn {
                     error = format!("{e:#}"),
                     "an answer's text could not be saved"
                 );
+                Ok(())
+            }
+        }
+    }
+
+    /// Ok while the assistant holds the conversation. Free unless a change of
+    /// holder woke this turn (or it never read the holder): then one read.
+    pub(super) async fn handed_off(&mut self) -> Result<(), Stop> {
+        use tokio::sync::broadcast::error::TryRecvError;
+        let mut woken = !self.holder_known;
+        loop {
+            match self.desk.try_recv() {
+                Ok(c) => woken |= c == self.conversation || c == "*",
+                Err(TryRecvError::Lagged(_)) => woken = true,
+                Err(_) => break,
+            }
+        }
+        if !woken || self.conversation.is_empty() {
+            return Ok(());
+        }
+        self.holder_known = true;
+        match self.app.store.desk().holder(&self.conversation).await {
+            Ok(Some((holder, _))) if holder.is_person() => Err(Stop::HandedOff(holder)),
+            Ok(_) => Ok(()),
+            // The answer goes on; the next word asks again only if woken.
+            Err(e) => {
+                tracing::warn!(error = %e, "the conversation's holder could not be read");
                 Ok(())
             }
         }

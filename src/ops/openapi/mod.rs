@@ -90,6 +90,7 @@ enum AskEventNameDoc {
     Citations,
     Error,
     Done,
+    Holder,
 }
 
 /// One server-sent event of an ask: its name, and as data one `StreamEvent`
@@ -150,7 +151,8 @@ struct StatusDoc {
         operations::tool_preview, operations::usage, operations::knowledge,
         operations::knowledge_ingest, operations::knowledge_ingest_job,
         operations::knowledge_search, operations::tokens,
-        operations::token_revoke,
+        operations::token_revoke, desk::handoff, desk::events, desk::takeover,
+        desk::reply, desk::release,
     ),
     components(schemas(ErrorBody, ErrorDetail, ErrorCodeDoc, StreamEvent, AuditEntryDoc, StatusDoc)),
     modifiers(&Security),
@@ -209,6 +211,7 @@ pub async fn openapi_json() -> impl IntoResponse {
 }
 
 // The operations: `openapi/operations.rs`.
+mod desk;
 mod operations;
 
 #[cfg(test)]
@@ -242,6 +245,9 @@ mod tests {
             E::LoginFailed,
             E::Forbidden,
             E::CsrfInvalid,
+            E::ConversationHeld,
+            E::NotHeld,
+            E::HandoffDisabled,
             E::Missing("x"),
             E::Internal(anyhow::anyhow!("x")),
         ];
@@ -270,6 +276,9 @@ mod tests {
                 | E::LoginFailed
                 | E::Forbidden
                 | E::CsrfInvalid
+                | E::ConversationHeld
+                | E::NotHeld
+                | E::HandoffDisabled
                 | E::Missing(_)
                 | E::Internal(_) => {}
             }

@@ -38,6 +38,7 @@ fn create_visitor() {}
               (status = 401, description = "invalid_visitor_token.", body = ErrorBody),
               (status = 403, description = "origin_not_allowed, identity_invalid, signature_invalid.", body = ErrorBody),
               (status = 404, description = "conversation_not_found, call_not_found.", body = ErrorBody),
+              (status = 202, description = "A person holds the conversation (SPEC §19): the message is stored, not answered by the assistant.", body = QueuedAck),
               (status = 409, description = "call_not_pending.", body = ErrorBody),
               (status = 410, description = "confirmation_expired.", body = ErrorBody),
               (status = 413, description = "message_too_long.", body = ErrorBody),

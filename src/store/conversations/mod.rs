@@ -31,6 +31,8 @@ pub struct MessageRow {
     /// crash can give them back.
     pub budget_day: Option<String>,
     pub reserved: i64,
+    /// For an operator's reply: the display name it was written under.
+    pub author: Option<String>,
 }
 
 pub(in crate::store) async fn insert_message<'e, E>(
@@ -108,6 +110,7 @@ fn message(row: &AnyRow) -> Result<MessageRow, sqlx::Error> {
         owner: None,
         budget_day: None,
         reserved: 0,
+        author: row.try_get("author")?,
     })
 }
 
@@ -142,7 +145,7 @@ impl Conversations<'_> {
     /// The messages of a conversation in order, without those still streaming.
     pub async fn messages(self, conversation: &str) -> StoreResult<Vec<MessageRow>> {
         let rows = sqlx::query(
-            "SELECT id, conversation, turn, role, text, status, citations, created_at FROM messages \
+            "SELECT id, conversation, turn, role, text, status, citations, created_at, author FROM messages \
              WHERE conversation = $1 AND status <> $2 ORDER BY created_at, id",
         )
         .bind(conversation)
@@ -160,7 +163,7 @@ impl Conversations<'_> {
         limit: i64,
     ) -> StoreResult<Vec<MessageRow>> {
         let rows = sqlx::query(
-            "SELECT id, conversation, turn, role, text, status, citations, created_at FROM messages \
+            "SELECT id, conversation, turn, role, text, status, citations, created_at, author FROM messages \
              WHERE conversation = $1 AND status <> $2 ORDER BY created_at DESC, id DESC LIMIT $3",
         )
         .bind(conversation)

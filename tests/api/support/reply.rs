@@ -98,3 +98,18 @@ pub fn parse_sse(text: &str) -> Vec<(String, Value)> {
         })
         .collect()
 }
+
+/// Like `parse_sse`, with each event's `id` (0 when it has none).
+pub fn parse_sse_with_ids(text: &str) -> Vec<(i64, String, Value)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let id = block
+                .lines()
+                .find_map(|l| l.strip_prefix("id:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            let (name, data) = parse_sse(block).into_iter().next()?;
+            Some((id, name, data))
+        })
+        .collect()
+}

@@ -1,0 +1,276 @@
+//! The operator's side of the desk (SPEC §19): take over, reply, release.
+//! Agents and admins may do all three (a cookie needs the CSRF header, as for
+//! every operator call that changes something); only an admin may take over a
+//! conversation another operator holds, with `{"force": true}`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+
+use super::{holder_audit, holder_event};
+use crate::app::App;
+use crate::clock::rfc3339;
+use crate::error::{ApiError, RawBody};
+use crate::ids::{ConversationId, new_id};
+use crate::operator::auth::Operator;
+use crate::states::{AuditEvent, MessageStatus, OperatorRole, Role};
+use crate::store::MessageRow;
+use crate::store::desk::{Changed, Holder, HolderChange, NewEvent};
+use crate::wire::{DeskMessageEvent, HolderView, ReplyBody, TakeoverBody};
+
+/// The line history shows when a conversation goes back to the assistant.
+pub const RELEASED_LINE: &str = "Back with the assistant";
+
+/// The conversation's site and visitor; a malformed or unknown id is a 404.
+async fn head(app: &App, id: &str) -> Result<(String, String, String), ApiError> {
+    let id = ConversationId::parse(id).ok_or(ApiError::ConversationNotFound)?;
+    let (site, visitor, _, _) = app
+        .store
+        .conversations()
+        .head(id.as_str())
+        .await?
+        .ok_or(ApiError::ConversationNotFound)?;
+    Ok((id.as_str().to_string(), site, visitor))
+}
+
+/// The display name of whoever holds a conversation, if an operator does.
+pub async fn display_name(app: &App, holder: &Holder) -> Result<Option<String>, ApiError> {
+    match holder {
+        Holder::Operator(email) => Ok(Some(name_of(app, email).await?)),
+        _ => Ok(None),
+    }
+}
+
+/// An operator's display name: the name they were given, an API token's name,
+/// or a neutral one; never the email.
+async fn name_of(app: &App, email: &str) -> Result<String, ApiError> {
+    if let Some(token) = email.strip_prefix("token:") {
+        return Ok(token.to_string());
+    }
+    let name = app.store.operators().name(email).await?;
+    Ok(name.unwrap_or_else(|| super::DEFAULT_OPERATOR_NAME.to_string()))
+}
+
+fn body<T: serde::de::DeserializeOwned + Default>(raw: &[u8]) -> Result<T, ApiError> {
+    match raw.is_empty() {
+        true => Ok(T::default()),
+        false => serde_json::from_slice(raw).map_err(|e| ApiError::InvalidRequest(e.to_string())),
+    }
+}
+
+/// `POST /v1/operator/conversations/{id}/takeover`.
+pub async fn takeover(
+    State(app): State<App>,
+    operator: Operator,
+    Path(id): Path<String>,
+    RawBody(raw): RawBody,
+) -> Result<Json<HolderView>, ApiError> {
+    let request: TakeoverBody = body(&raw)?;
+    let (id, site, visitor) = head(&app, &id).await?;
+    let me = Holder::Operator(operator.email.clone());
+    let name = name_of(&app, &operator.email).await?;
+    let view = |holder: &Holder| HolderView {
+        conversation: id.clone(),
+        holder: holder_event(holder, Some(&name)).holder,
+        name: Some(name.clone()),
+    };
+    let (current, _) = app
+        .store
+        .desk()
+        .holder(&id)
+        .await?
+        .ok_or(ApiError::ConversationNotFound)?;
+    if current == me {
+        return Ok(Json(view(&me)));
+    }
+    let force = request.force && operator.role == OperatorRole::Admin;
+    if matches!(current, Holder::Operator(_)) && !force {
+        return Err(ApiError::ConversationHeld);
+    }
+    let now = app.clock.now_ms();
+    let details = serde_json::json!({"from": "console", "previous": current.as_text()});
+    let audit = holder_audit(
+        AuditEvent::Handoff,
+        &id,
+        &site,
+        &visitor,
+        details,
+        Some(&operator.email),
+        now,
+    );
+    let event = serde_json::to_string(&holder_event(&me, Some(&name)))
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    let event = NewEvent {
+        kind: "holder",
+        data: &event,
+    };
+    let changed = app
+        .store
+        .desk()
+        .change_holder(HolderChange {
+            conversation: &id,
+            from: &current,
+            to: &me,
+            now,
+            audit: &audit,
+            event,
+            note: None,
+        })
+        .await?;
+    match changed {
+        Changed::From(_) => {
+            app.live.publish(&site, &id, "taken_over");
+            crate::ops::metrics::handoff(&site, "console");
+            Ok(Json(view(&me)))
+        }
+        // Another operator won the race (or it went back to the assistant,
+        // which a second press settles): the one who holds it keeps it.
+        Changed::Held(holder) if holder == me => Ok(Json(view(&me))),
+        Changed::Held(_) => Err(ApiError::ConversationHeld),
+        Changed::Missing => Err(ApiError::ConversationNotFound),
+    }
+}
+
+/// `POST /v1/operator/conversations/{id}/messages`: a reply from the operator
+/// who holds the conversation.
+pub async fn reply(
+    State(app): State<App>,
+    operator: Operator,
+    Path(id): Path<String>,
+    RawBody(raw): RawBody,
+) -> Result<Json<DeskMessageEvent>, ApiError> {
+    let request: ReplyBody =
+        serde_json::from_slice(&raw).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    let (id, site, _) = head(&app, &id).await?;
+    let text = request.text.trim();
+    let limit = app
+        .site(&site)
+        .map_or(4000, |s| s.config.limits.max_message_chars);
+    if text.is_empty() || text.contains('\0') {
+        return Err(ApiError::InvalidRequest(
+            "text must not be empty or contain NUL (\\u0000) characters".into(),
+        ));
+    }
+    if text.chars().count() > limit {
+        return Err(ApiError::MessageTooLong(limit));
+    }
+    let name = name_of(&app, &operator.email).await?;
+    let now = app.clock.now_ms();
+    let row = MessageRow {
+        id: new_id("m"),
+        conversation: id.clone(),
+        turn: new_id("t"),
+        role: Role::Operator,
+        text: text.to_string(),
+        status: MessageStatus::Sent,
+        citations: None,
+        created_at: now,
+        owner: None,
+        budget_day: None,
+        reserved: 0,
+        author: Some(name.clone()),
+    };
+    let event = DeskMessageEvent {
+        id: row.id.clone(),
+        role: Role::Operator,
+        name: name.clone(),
+        text: row.text.clone(),
+        created_at: rfc3339(now),
+    };
+    let data = serde_json::to_string(&event).map_err(|e| ApiError::Internal(e.into()))?;
+    let me = Holder::Operator(operator.email.clone());
+    let stored = app
+        .store
+        .desk()
+        .reply(
+            &me,
+            &row,
+            &name,
+            NewEvent {
+                kind: "message",
+                data: &data,
+            },
+        )
+        .await?;
+    if !stored {
+        return Err(ApiError::NotHeld);
+    }
+    app.live.publish(&site, &id, "operator_message");
+    Ok(Json(event))
+}
+
+/// `POST /v1/operator/conversations/{id}/release`: back to the assistant, by
+/// the operator who holds it or an admin (who may also release the queue).
+pub async fn release(
+    State(app): State<App>,
+    operator: Operator,
+    Path(id): Path<String>,
+) -> Result<Json<HolderView>, ApiError> {
+    let (id, site, visitor) = head(&app, &id).await?;
+    let (current, _) = app
+        .store
+        .desk()
+        .holder(&id)
+        .await?
+        .ok_or(ApiError::ConversationNotFound)?;
+    let mine = current == Holder::Operator(operator.email.clone());
+    let admin = operator.role == OperatorRole::Admin;
+    if current == Holder::Assistant || !(mine || admin) {
+        return Err(ApiError::NotHeld);
+    }
+    let now = app.clock.now_ms();
+    let details = serde_json::json!({"previous": current.as_text()});
+    let audit = holder_audit(
+        AuditEvent::Released,
+        &id,
+        &site,
+        &visitor,
+        details,
+        Some(&operator.email),
+        now,
+    );
+    let note = MessageRow {
+        id: new_id("m"),
+        conversation: id.clone(),
+        turn: new_id("t"),
+        role: Role::Event,
+        text: RELEASED_LINE.into(),
+        status: MessageStatus::Sent,
+        citations: None,
+        created_at: now,
+        owner: None,
+        budget_day: None,
+        reserved: 0,
+        author: None,
+    };
+    let event = serde_json::to_string(&holder_event(&Holder::Assistant, None))
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    let event = NewEvent {
+        kind: "holder",
+        data: &event,
+    };
+    let changed = app
+        .store
+        .desk()
+        .change_holder(HolderChange {
+            conversation: &id,
+            from: &current,
+            to: &Holder::Assistant,
+            now,
+            audit: &audit,
+            event,
+            note: Some(&note),
+        })
+        .await?;
+    match changed {
+        Changed::From(_) => {
+            app.live.publish(&site, &id, "released");
+            Ok(Json(HolderView {
+                conversation: id,
+                holder: crate::wire::HolderKind::Assistant,
+                name: None,
+            }))
+        }
+        Changed::Held(_) => Err(ApiError::NotHeld),
+        Changed::Missing => Err(ApiError::ConversationNotFound),
+    }
+}

@@ -1,0 +1,65 @@
+//! The human desk's operations in the OpenAPI document (SPEC §19).
+#![allow(dead_code)]
+
+use super::*;
+
+#[utoipa::path(post, path = "/v1/conversations/{id}/handoff", tag = "visitor", security(("visitor" = [])),
+    params(("id" = String, Path, description = "A conversation id (c_…)."),
+           ("Origin" = String, Header, description = "One of the site's origins.")),
+    request_body(content = HandoffBody, description = "Optional: why the visitor wants a person."),
+    responses((status = 200, description = "The conversation's holder after: `queue`, or the person who already holds it.", body = HolderView),
+              (status = 400, description = "invalid_request.", body = ErrorBody),
+              (status = 401, description = "invalid_visitor_token.", body = ErrorBody),
+              (status = 403, description = "origin_not_allowed, identity_invalid, handoff_disabled.", body = ErrorBody),
+              (status = 404, description = "conversation_not_found.", body = ErrorBody),
+              (status = 429, description = "rate_limited.", body = ErrorBody),
+              (status = 503, description = "service_unavailable.", body = ErrorBody)))]
+fn handoff() {}
+
+#[utoipa::path(get, path = "/v1/conversations/{id}/events", tag = "visitor", security(("visitor" = [])),
+    params(("id" = String, Path, description = "A conversation id (c_…)."),
+           ("Origin" = String, Header, description = "One of the site's origins."),
+           ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (a number this stream sent).")),
+    responses((status = 200, description = "Server-sent events, each with a numbered `id`: `message` (an operator's reply, `DeskMessageEvent`) and `holder` (`HolderEvent`).", content_type = "text/event-stream", body = String),
+              (status = 400, description = "invalid_request: a malformed Last-Event-ID.", body = ErrorBody),
+              (status = 401, description = "invalid_visitor_token.", body = ErrorBody),
+              (status = 403, description = "origin_not_allowed.", body = ErrorBody),
+              (status = 404, description = "conversation_not_found.", body = ErrorBody),
+              (status = 429, description = "rate_limited, too_many_streams.", body = ErrorBody),
+              (status = 503, description = "service_unavailable.", body = ErrorBody)))]
+fn events() {}
+
+#[utoipa::path(post, path = "/v1/operator/conversations/{id}/takeover", tag = "operator",
+    security(("operator_token" = []), ("operator_session" = [])),
+    params(("id" = String, Path, description = "A conversation id (c_…).")),
+    request_body(content = TakeoverBody, description = "`force`: an admin's takeover from another operator."),
+    responses((status = 200, description = "Held by the caller.", body = HolderView),
+              (status = 400, description = "invalid_request.", body = ErrorBody),
+              (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+              (status = 403, description = "csrf_invalid.", body = ErrorBody),
+              (status = 404, description = "conversation_not_found.", body = ErrorBody),
+              (status = 409, description = "conversation_held.", body = ErrorBody)))]
+fn takeover() {}
+
+#[utoipa::path(post, path = "/v1/operator/conversations/{id}/messages", tag = "operator",
+    security(("operator_token" = []), ("operator_session" = [])),
+    params(("id" = String, Path, description = "A conversation id (c_…).")),
+    request_body = ReplyBody,
+    responses((status = 200, description = "The reply as the visitor receives it.", body = DeskMessageEvent),
+              (status = 400, description = "invalid_request.", body = ErrorBody),
+              (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+              (status = 403, description = "csrf_invalid.", body = ErrorBody),
+              (status = 404, description = "conversation_not_found.", body = ErrorBody),
+              (status = 409, description = "not_held.", body = ErrorBody),
+              (status = 413, description = "message_too_long.", body = ErrorBody)))]
+fn reply() {}
+
+#[utoipa::path(post, path = "/v1/operator/conversations/{id}/release", tag = "operator",
+    security(("operator_token" = []), ("operator_session" = [])),
+    params(("id" = String, Path, description = "A conversation id (c_…).")),
+    responses((status = 200, description = "Back with the assistant.", body = HolderView),
+              (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+              (status = 403, description = "csrf_invalid.", body = ErrorBody),
+              (status = 404, description = "conversation_not_found.", body = ErrorBody),
+              (status = 409, description = "not_held.", body = ErrorBody)))]
+fn release() {}

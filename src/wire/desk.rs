@@ -1,0 +1,74 @@
+//! The human desk's wire shapes (SPEC §19): the visitor's handoff request and
+//! live channel events, and the operator's takeover, reply and release bodies.
+
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/conversations/{id}/handoff`: the visitor asks for a person.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffBody {
+    /// Why, in the visitor's words (optional; shown to operators).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/operator/conversations/{id}/takeover`.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TakeoverBody {
+    /// An admin's takeover of a conversation another operator holds.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `POST /v1/operator/conversations/{id}/messages`: an operator's reply.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyBody {
+    pub text: String,
+}
+
+/// Who holds a conversation, as a visitor and the console see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HolderKind {
+    Assistant,
+    Queue,
+    Operator,
+}
+
+/// `event: holder` on the visitor's streams.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HolderEvent {
+    pub holder: HolderKind,
+    /// The operator's display name; never their email.
+    pub name: Option<String>,
+}
+
+/// `event: message` on the visitor's live channel: an operator's reply.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DeskMessageEvent {
+    pub id: String,
+    /// `operator`.
+    pub role: crate::states::Role,
+    pub name: String,
+    pub text: String,
+    pub created_at: String,
+}
+
+/// `202` to an ask while a person holds the conversation: stored, not answered
+/// by the assistant.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct QueuedAck {
+    pub queued: bool,
+    pub conversation: String,
+    pub message: String,
+}
+
+/// A change of holder, as the console's calls answer it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct HolderView {
+    pub conversation: String,
+    pub holder: HolderKind,
+    pub name: Option<String>,
+}
