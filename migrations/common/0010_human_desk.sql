@@ -25,3 +25,12 @@ CREATE TABLE conversation_events (
     PRIMARY KEY (conversation, seq)
 );
 CREATE INDEX conversations_by_holder ON conversations (holder, holder_since);
+
+-- An email a visitor left when nobody was there to answer (SPEC §19): shown in
+-- the console, never sent to the model. The latest one counts.
+CREATE TABLE conversation_contacts (
+    conversation TEXT NOT NULL,
+    email        TEXT NOT NULL,
+    at           BIGINT NOT NULL,
+    PRIMARY KEY (conversation, at)
+);

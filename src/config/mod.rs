@@ -5,10 +5,12 @@
 //! semantic problem so that `deskbell check` can report them all at once.
 
 pub mod env;
+mod hours;
 mod tools;
 mod validate;
 
 pub use env::Env;
+pub use hours::Hours;
 pub use tools::{McpConfig, McpToolConfig, ToolConfig};
 
 use std::net::SocketAddr;
@@ -248,6 +250,29 @@ pub struct SiteConfig {
 pub struct HandoffConfig {
     #[serde(default)]
     pub enabled: bool,
+    /// When people answer, as `"Mon-Fri 09:00-17:00 Europe/Berlin"` (`hours.rs`);
+    /// none: whenever an operator is signed in.
+    #[serde(default)]
+    pub hours: Option<String>,
+    /// What a visitor is told when nobody is there (outside the hours, or no
+    /// operator signed in for two minutes).
+    #[serde(default)]
+    pub offline_message: Option<String>,
+}
+
+impl HandoffConfig {
+    /// The hours, if set. They were checked when the file was read; hours that
+    /// do not parse read as never open, so nothing is promised.
+    pub fn parsed_hours(&self) -> Option<Result<Hours, String>> {
+        self.hours.as_deref().map(Hours::parse)
+    }
+
+    /// What a visitor is told when nobody is there.
+    pub fn offline_text(&self) -> &str {
+        self.offline_message
+            .as_deref()
+            .unwrap_or("Nobody from the team is available right now. You can leave your email address for them.")
+    }
 }
 
 /// `any`: a `user_hash` or an identity token; `jwt`: identity tokens only (a leaked

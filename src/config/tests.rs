@@ -210,3 +210,16 @@ fn the_replica_keys_refuse_nonsense_by_name() {
         "{fine:?}"
     );
 }
+
+#[test]
+fn desk_hours_that_do_not_parse_are_named_with_their_site_and_reason() {
+    let found = problems(
+        "[[site]]\nid = \"a\"\n[site.handoff]\nenabled = true\nhours = \"Mon-Fri 09:00-17:00 Europe/Nowhere\"\n",
+    );
+    assert_eq!(
+        found,
+        ["site[0].handoff.hours: \"Europe/Nowhere\" is not a time zone of the IANA database"]
+    );
+    let found = problems("[[site]]\nid = \"a\"\n[site.handoff]\nenabled = true\nhour = \"x\"\n");
+    assert!(found[0].starts_with("site[0].handoff"), "{found:?}");
+}

@@ -215,6 +215,9 @@ fn check_site(at: &str, site: &SiteConfig, secrets: &HashSet<&str>, out: &mut Ve
             "\"jwt\" needs identity_secret_env to check identity tokens".into(),
         );
     }
+    if let Some(Err(reason)) = site.handoff.parsed_hours() {
+        add(out, format!("{at}.handoff.hours"), reason);
+    }
     let l = &site.limits;
     let counts = [
         ("requests_per_minute", l.requests_per_minute as u64),

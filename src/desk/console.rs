@@ -72,6 +72,7 @@ pub async fn takeover(
         conversation: id.clone(),
         holder: holder_event(holder, Some(&name)).holder,
         name: Some(name.clone()),
+        offline: None,
     };
     let (current, _) = app
         .store
@@ -268,6 +269,7 @@ pub async fn release(
                 conversation: id,
                 holder: crate::wire::HolderKind::Assistant,
                 name: None,
+                offline: None,
             }))
         }
         Changed::Held(_) => Err(ApiError::NotHeld),

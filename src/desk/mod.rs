@@ -11,6 +11,7 @@
 //! is stored as numbered events and streamed by `events.rs`; `notify.rs` wakes
 //! the streams of every replica when one commits.
 
+mod availability;
 pub(crate) mod console;
 mod events;
 pub mod notify;
@@ -27,12 +28,13 @@ use crate::store::desk::Holder;
 use crate::wire::{HolderEvent, HolderKind};
 
 pub use console::display_name;
-pub use visitor::{queued, to_queue};
+pub use visitor::{Handed, queued, to_queue};
 
 pub fn router() -> Router<App> {
     Router::new()
         .route("/v1/conversations/{id}/handoff", post(visitor::handoff))
         .route("/v1/conversations/{id}/events", get(events::stream))
+        .route("/v1/conversations/{id}/contact", post(visitor::contact))
         .route(
             "/v1/operator/conversations/{id}/takeover",
             post(console::takeover),

@@ -15,7 +15,7 @@ use crate::ids::{ConversationId, new_id};
 use crate::states::{AuditEvent, MessageStatus, Role};
 use crate::store::MessageRow;
 use crate::store::desk::{Changed, Holder, HolderChange, NewEvent};
-use crate::wire::{HandoffBody, HolderView, QueuedAck};
+use crate::wire::{ContactBody, HandoffBody, HolderKind, HolderView, QueuedAck};
 
 /// The longest reason a visitor may give, in characters.
 const MAX_REASON_CHARS: usize = 500;
@@ -47,12 +47,66 @@ pub async fn handoff(
     if !caller.site.config.handoff.enabled {
         return Err(ApiError::HandoffDisabled);
     }
-    let (holder, name) = to_queue(&app, &caller, &id, "visitor", &reason).await?;
-    Ok(Json(HolderView {
-        conversation: id,
-        holder: holder_event(&holder, name.as_deref()).holder,
-        name,
-    }))
+    Ok(Json(
+        match to_queue(&app, &caller, &id, "visitor", &reason).await? {
+            Handed::To(holder, name) => HolderView {
+                conversation: id,
+                holder: holder_event(&holder, name.as_deref()).holder,
+                name,
+                offline: None,
+            },
+            Handed::Nobody(message) => HolderView {
+                conversation: id,
+                holder: HolderKind::Assistant,
+                name: None,
+                offline: Some(message),
+            },
+        },
+    ))
+}
+
+/// Where a handoff left the conversation.
+pub enum Handed {
+    /// With a person, or waiting for one: the holder and an operator's name.
+    To(Holder, Option<String>),
+    /// Nobody is there: the conversation stays with the assistant, and the
+    /// visitor is told this.
+    Nobody(String),
+}
+
+/// `POST /v1/conversations/{id}/contact`: the email a visitor leaves when
+/// nobody is there. Kept for the console; never shown to the model.
+pub async fn contact(
+    State(app): State<App>,
+    peer: guard::Peer,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    RawBody(body): RawBody,
+) -> Result<StatusCode, ApiError> {
+    let caller = Box::pin(guard::admit(&app, &headers, peer, guard::Door::Ask)).await?;
+    let id = owned(&app, &caller, &id).await?;
+    let body: ContactBody =
+        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    let email = body.email.trim();
+    let plausible = (3..=320).contains(&email.len())
+        && email.split('@').count() == 2
+        && !email.starts_with('@')
+        && !email.ends_with('@')
+        && !email
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || crate::tools::render::hidden(c));
+    if !plausible {
+        return Err(ApiError::InvalidRequest(
+            "email must be an email address".into(),
+        ));
+    }
+    app.store
+        .desk()
+        .leave_contact(&id, email, app.clock.now_ms())
+        .await?;
+    app.live
+        .publish(&caller.site.config.id, &id, "contact_left");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Puts a conversation the assistant holds in the queue, audited as asked by
@@ -64,7 +118,17 @@ pub async fn to_queue(
     id: &str,
     from: &str,
     reason: &str,
-) -> Result<(Holder, Option<String>), ApiError> {
+) -> Result<Handed, ApiError> {
+    // A conversation already with a person (or waiting for one) stays so.
+    if let Some((holder, _)) = app.store.desk().holder(id).await?
+        && holder.is_person()
+    {
+        let name = super::console::display_name(app, &holder).await?;
+        return Ok(Handed::To(holder, name));
+    }
+    if let Err(message) = super::availability::someone_there(app, &caller.site).await? {
+        return Ok(Handed::Nobody(message));
+    }
     let site = &caller.site.config.id;
     let now = app.clock.now_ms();
     let details = serde_json::json!({"from": from, "reason": reason});
@@ -99,11 +163,11 @@ pub async fn to_queue(
         Changed::From(_) => {
             app.live.publish(site, id, "handoff");
             crate::ops::metrics::handoff(site, from);
-            Ok((Holder::Queue, None))
+            Ok(Handed::To(Holder::Queue, None))
         }
         Changed::Held(holder) => {
             let name = super::console::display_name(app, &holder).await?;
-            Ok((holder, name))
+            Ok(Handed::To(holder, name))
         }
         Changed::Missing => Err(ApiError::ConversationNotFound),
     }

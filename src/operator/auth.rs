@@ -47,6 +47,21 @@ impl Operator {
         }
     }
 
+    /// Marks a signed-in operator as at the desk now (`desk::availability`):
+    /// an open console calls this while its live stream runs. API tokens are
+    /// scripts, not people, and are never present.
+    pub async fn present(&self, app: &App) {
+        if let Some(id) = &self.session
+            && let Err(e) = app
+                .store
+                .operators()
+                .touch_session(id, app.clock.now_ms())
+                .await
+        {
+            tracing::warn!(error = %e, "an operator's presence could not be saved");
+        }
+    }
+
     /// Whether the credential still holds: a long-lived stream checks again, so
     /// signing out or revoking a token ends it.
     pub async fn still_valid(&self, app: &App) -> bool {

@@ -113,7 +113,7 @@ fn preview(text: &str) -> String {
 
 pub async fn show(
     State(app): State<App>,
-    _: Operator,
+    operator: Operator,
     Path(id): Path<String>,
 ) -> Result<Json<ConversationDetail>, ApiError> {
     let id = ConversationId::parse(&id).ok_or(ApiError::ConversationNotFound)?;
@@ -173,7 +173,19 @@ pub async fn show(
             OperatorMessage { message, usage }
         })
         .collect();
+    let holder = app
+        .store
+        .desk()
+        .holder(id)
+        .await?
+        .map_or(crate::store::desk::Holder::Assistant, |(h, _)| h);
+    let holder_name = crate::desk::display_name(&app, &holder).await?;
+    let contact = app.store.desk().contact(id).await?;
     Ok(Json(ConversationDetail {
+        holder: crate::desk::holder_event(&holder, holder_name.as_deref()).holder,
+        held_by_you: holder == crate::store::desk::Holder::Operator(operator.email.clone()),
+        holder_name,
+        contact,
         id: id.to_string(),
         site,
         visitor,
@@ -222,6 +234,8 @@ pub async fn events(
                         if !operator.still_valid(&app).await {
                             return None;
                         }
+                        // An open console is an operator at the desk (SPEC §19).
+                        operator.present(&app).await;
                         let alive = Event::default().comment("still here");
                         return Some((Ok(alive), (receiver, app, operator, recheck)));
                     }

@@ -44,6 +44,10 @@ pub fn install() -> anyhow::Result<&'static PrometheusHandle> {
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_counter!("deskbell_turns_total", "Turns ended, by site and status.");
+    describe_gauge!(
+        "deskbell_operators_online",
+        "Operators whose console was in use within the last two minutes, as last counted."
+    );
     describe_counter!(
         "deskbell_handoffs_total",
         "Conversations handed to a person, by site and by who asked (visitor, assistant, console)."
@@ -168,6 +172,11 @@ pub fn confirmation(site: &str, decision: &'static str) {
 pub fn handoff(site: &str, from: &str) {
     counter!("deskbell_handoffs_total", "site" => site.to_string(), "from" => from.to_string())
         .increment(1);
+}
+
+/// Operators whose console was in use within the presence window.
+pub fn operators_online(count: i64) {
+    gauge!("deskbell_operators_online").set(count as f64);
 }
 
 pub fn guard_refused(code: &'static str) {

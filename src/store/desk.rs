@@ -217,6 +217,35 @@ impl Desk<'_> {
         Ok(stored.rows_affected() == 1)
     }
 
+    /// Keeps the email a visitor left for the team.
+    pub async fn leave_contact(
+        self,
+        conversation: &str,
+        email: &str,
+        now: Millis,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO conversation_contacts (conversation, email, at) VALUES ($1, $2, $3) \
+             ON CONFLICT (conversation, at) DO UPDATE SET email = excluded.email",
+        )
+        .bind(conversation)
+        .bind(email)
+        .bind(now)
+        .execute(self.0.writer())
+        .await?;
+        Ok(())
+    }
+
+    /// The latest email a visitor left in a conversation.
+    pub async fn contact(self, conversation: &str) -> StoreResult<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT email FROM conversation_contacts WHERE conversation = $1 ORDER BY at DESC LIMIT 1",
+        )
+        .bind(conversation)
+        .fetch_optional(self.0.pool())
+        .await?)
+    }
+
     /// Up to `limit` of the conversation's events after number `after`, in order.
     pub async fn events_after(
         self,

@@ -95,6 +95,18 @@ impl Operators<'_> {
         Ok(done.rows_affected() == 1)
     }
 
+    /// How many operators have a console session used since `since` (API
+    /// tokens are scripts, not people, and do not count).
+    pub async fn online_since(self, since: Millis) -> StoreResult<i64> {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(DISTINCT email) FROM operator_sessions WHERE revoked_at IS NULL AND last_seen_at >= $1",
+        )
+        .bind(since)
+        .fetch_one(self.0.pool())
+        .await?;
+        Ok(n)
+    }
+
     pub async fn count(self) -> StoreResult<i64> {
         let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM operators")
             .fetch_one(self.0.pool())

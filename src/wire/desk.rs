@@ -71,4 +71,15 @@ pub struct HolderView {
     pub conversation: String,
     pub holder: HolderKind,
     pub name: Option<String>,
+    /// Set when nobody is there to take it: what the visitor is told. The
+    /// conversation stays with the assistant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offline: Option<String>,
+}
+
+/// `POST /v1/conversations/{id}/contact`: an email left for the team.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContactBody {
+    pub email: String,
 }

@@ -205,6 +205,11 @@ pub enum StreamEvent {
         status: TurnStatus,
         usage: Usage,
     },
+    /// Nobody is there to take the conversation (SPEC §19): what the
+    /// visitor is told; they may leave an email.
+    Offline {
+        offline: String,
+    },
     /// A person took the conversation (SPEC §19): the assistant stops here.
     Holder {
         holder: HolderKind,
@@ -225,6 +230,7 @@ impl StreamEvent {
             StreamEvent::Error { .. } => "error",
             StreamEvent::Done { .. } => "done",
             StreamEvent::Holder { .. } => "holder",
+            StreamEvent::Offline { .. } => "offline",
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ArgLine, MessageView, Usage};
+use super::{ArgLine, HolderKind, MessageView, Usage};
 use crate::states::{CallKind, CallStatus, MessageStatus, OperatorRole, Policy, Reason, Role};
 
 // ---- requests -------------------------------------------------------------------
@@ -111,6 +111,13 @@ pub struct ConversationDetail {
     pub messages: Vec<OperatorMessage>,
     pub calls: Vec<CallView>,
     pub usage: Usage,
+    /// Who holds the conversation (SPEC §19), and an operator holder's name.
+    pub holder: HolderKind,
+    pub holder_name: Option<String>,
+    /// Whether the operator asking holds it.
+    pub held_by_you: bool,
+    /// The email the visitor left when nobody was there.
+    pub contact: Option<String>,
 }
 
 /// A §11 message as the widget shows it, with what its answer cost.

@@ -3,6 +3,7 @@
 
 mod channel;
 mod holders;
+mod nobody;
 mod turns;
 
 use reqwest::Method;
@@ -17,8 +18,15 @@ pub fn with_handoff(c: &mut Config) {
     c.sites[0].handoff.enabled = true;
 }
 
-/// A desk app, a visitor and a conversation the assistant answered once.
+/// A visitor and a conversation the assistant answered once, with an
+/// operator signed in (someone is at the desk).
 pub async fn conversation(t: &TestApp) -> (String, String) {
+    on_duty(t).await;
+    conversation_alone(t).await
+}
+
+/// A visitor and a conversation the assistant answered once.
+pub async fn conversation_alone(t: &TestApp) -> (String, String) {
     let token = t.visitor().await;
     t.llm
         .push(deskbell::testkit::Reply::text("Hello, how can I help?"));
@@ -56,6 +64,16 @@ impl Console {
         let path = format!("/v1/operator/conversations/{conversation}/release");
         self.send(Method::POST, &path, json!({})).await
     }
+}
+
+/// An operator signed in now, so someone is at the desk.
+pub async fn on_duty(t: &TestApp) {
+    let email = format!("duty-{}@example.test", deskbell::ids::new_id("o"));
+    t.add_operator(&email, OperatorRole::Agent).await;
+    assert_eq!(
+        t.sign_in(&email, crate::support::PASSWORD).await.status,
+        200
+    );
 }
 
 /// A signed-in operator with a display name.

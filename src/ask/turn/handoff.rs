@@ -34,7 +34,15 @@ impl Turn {
         )
         .await;
         match queued {
-            Ok((holder, _)) => self.stopped(Stop::HandedOff(holder)).await,
+            Ok(crate::desk::Handed::To(holder, _)) => self.stopped(Stop::HandedOff(holder)).await,
+            // Nobody is there: the visitor is told so at once, and the
+            // conversation stays with the assistant.
+            Ok(crate::desk::Handed::Nobody(message)) => {
+                self.sink
+                    .send(crate::wire::StreamEvent::Offline { offline: message })
+                    .await;
+                TurnStatus::Answered
+            }
             Err(e) => {
                 self.stopped(Stop::Internal(anyhow::anyhow!("the handoff failed: {e}")))
                     .await

@@ -91,6 +91,7 @@ enum AskEventNameDoc {
     Error,
     Done,
     Holder,
+    Offline,
 }
 
 /// One server-sent event of an ask: its name, and as data one `StreamEvent`
