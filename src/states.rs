@@ -152,6 +152,9 @@ text_enum!(
         Late = "late",
         Stale = "stale",
         ForeignConversation = "foreign_conversation",
+        /// An operator cancelled a card while a person held the conversation
+        /// (SPEC §19); the audit row names the operator.
+        Operator = "operator",
     }
 );
 

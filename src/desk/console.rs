@@ -74,7 +74,7 @@ pub async fn takeover(
         name: Some(name.clone()),
         offline: None,
     };
-    let (current, _) = app
+    let (current, since) = app
         .store
         .desk()
         .holder(&id)
@@ -120,6 +120,9 @@ pub async fn takeover(
     match changed {
         Changed::From(_) => {
             app.live.publish(&site, &id, "taken_over");
+            if let (Holder::Queue, Some(since)) = (&current, since) {
+                crate::ops::metrics::queue_wait(&site, now - since);
+            }
             crate::ops::metrics::handoff(&site, "console");
             Ok(Json(view(&me)))
         }

@@ -15,6 +15,7 @@ mod availability;
 pub(crate) mod console;
 mod events;
 pub mod notify;
+mod queue;
 mod visitor;
 
 use axum::Router;
@@ -47,6 +48,12 @@ pub fn router() -> Router<App> {
             "/v1/operator/conversations/{id}/release",
             post(console::release),
         )
+        .route(
+            "/v1/operator/conversations/{id}/calls/{call}/cancel",
+            post(queue::cancel_card),
+        )
+        .route("/v1/operator/queue", get(queue::queue))
+        .route("/v1/operator/presence", get(queue::presence))
 }
 
 /// The built-in tool through which the assistant asks for a person.

@@ -44,6 +44,10 @@ pub fn install() -> anyhow::Result<&'static PrometheusHandle> {
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_counter!("deskbell_turns_total", "Turns ended, by site and status.");
+    describe_histogram!(
+        "deskbell_queue_wait_seconds",
+        "How long conversations waited in the queue before an operator took them, by site."
+    );
     describe_gauge!(
         "deskbell_operators_online",
         "Operators whose console was in use within the last two minutes, as last counted."
@@ -172,6 +176,12 @@ pub fn confirmation(site: &str, decision: &'static str) {
 pub fn handoff(site: &str, from: &str) {
     counter!("deskbell_handoffs_total", "site" => site.to_string(), "from" => from.to_string())
         .increment(1);
+}
+
+/// How long a conversation waited in the queue before an operator took it.
+pub fn queue_wait(site: &str, waited_ms: i64) {
+    histogram!("deskbell_queue_wait_seconds", "site" => site.to_string())
+        .record(waited_ms.max(0) as f64 / 1000.0);
 }
 
 /// Operators whose console was in use within the presence window.

@@ -204,6 +204,50 @@ pub(super) async fn expire_in(
     Ok(expired)
 }
 
+impl Cards<'_> {
+    /// An operator's Cancel of a pending, unexpired card (SPEC §19): cancelled
+    /// with reason `operator`, audited with the operator, in one conditional
+    /// UPDATE as every card's transition. `None`: no such pending card in the
+    /// conversation (answered, expired, or another's).
+    pub async fn cancel_by_operator(
+        self,
+        conversation: &str,
+        call_id: &str,
+        operator: &str,
+        now: Millis,
+    ) -> StoreResult<Option<CallRow>> {
+        let mut tx = self.0.writer().begin().await?;
+        let row = sqlx::query(sql(format!(
+            "UPDATE calls SET status = $4, decided_at = $3, reason = $5 \
+             WHERE id = $1 AND conversation = $2 AND status = $6 AND kind = 'confirmation' AND expires_at > $3 \
+             RETURNING {COLUMNS}"
+        )))
+        .bind(call_id)
+        .bind(conversation)
+        .bind(now)
+        .bind(CallStatus::Cancelled.as_str())
+        .bind(Reason::Operator.as_str())
+        .bind(CallStatus::Pending.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let cancelled = call(&row)?;
+        let mut audit_row = AuditRow::for_call(
+            &cancelled,
+            AuditEvent::Cancelled,
+            Some(Reason::Operator),
+            now,
+        );
+        audit_row.operator = Some(operator.to_string());
+        audit::insert(&mut *tx, &audit_row).await?;
+        close_card_message(&mut tx, &cancelled.message).await?;
+        tx.commit().await?;
+        Ok(Some(cancelled))
+    }
+}
+
 /// Closes every pending card of a site's tool as expired, reason `stale`: an
 /// operator changed the tool, so the cards show what would no longer run (SPEC
 /// §8, §15). In the change's transaction, so no answer can win a card after the

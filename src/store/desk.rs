@@ -66,6 +66,19 @@ pub struct DeskEvent {
     pub data: String,
 }
 
+/// A conversation with a person or waiting for one, as the console's queue
+/// lists it.
+#[derive(Debug, Clone)]
+pub struct QueueRow {
+    pub conversation: String,
+    pub site: String,
+    pub holder: Holder,
+    pub since: Millis,
+    /// The visitor's messages since the last operator reply (or since it
+    /// reached the desk).
+    pub unread: i64,
+}
+
 /// An event to append: its kind and JSON.
 pub struct NewEvent<'a> {
     pub kind: &'static str,
@@ -215,6 +228,35 @@ impl Desk<'_> {
         .execute(self.0.writer())
         .await?;
         Ok(stored.rows_affected() == 1)
+    }
+
+    /// Every conversation with a person or waiting for one, the longest
+    /// waiting first (at most `limit`).
+    pub async fn queue(self, limit: i64) -> StoreResult<Vec<QueueRow>> {
+        let rows = sqlx::query(
+            "SELECT c.id, c.site, c.holder, c.holder_since, \
+             (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.id AND m.role = 'visitor' \
+               AND m.created_at > COALESCE((SELECT MAX(o.created_at) FROM messages o \
+                 WHERE o.conversation = c.id AND o.role = 'operator'), c.holder_since)) AS unread \
+             FROM conversations c WHERE c.holder = 'queue' OR c.holder LIKE 'operator:%' \
+             ORDER BY c.holder_since, c.id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(self.0.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let holder: String = r.try_get("holder")?;
+                Ok(QueueRow {
+                    conversation: r.try_get("id")?,
+                    site: r.try_get("site")?,
+                    holder: Holder::parse(&holder),
+                    since: r.try_get::<Option<i64>, _>("holder_since")?.unwrap_or(0),
+                    unread: r.try_get("unread")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
     }
 
     /// Keeps the email a visitor left for the team.

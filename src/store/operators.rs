@@ -107,6 +107,18 @@ impl Operators<'_> {
         Ok(n)
     }
 
+    /// The display names (or none set) of operators whose console was in use
+    /// since `since`.
+    pub async fn present_since(self, since: Millis) -> StoreResult<Vec<Option<String>>> {
+        Ok(sqlx::query_scalar(
+            "SELECT o.name FROM operators o WHERE EXISTS (SELECT 1 FROM operator_sessions s \
+             WHERE s.email = o.email AND s.revoked_at IS NULL AND s.last_seen_at >= $1) ORDER BY o.email",
+        )
+        .bind(since)
+        .fetch_all(self.0.pool())
+        .await?)
+    }
+
     pub async fn count(self) -> StoreResult<i64> {
         let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM operators")
             .fetch_one(self.0.pool())

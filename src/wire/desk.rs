@@ -83,3 +83,37 @@ pub struct HolderView {
 pub struct ContactBody {
     pub email: String,
 }
+
+/// One conversation of the console's queue (SPEC §19).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct QueueItem {
+    pub conversation: String,
+    pub site: String,
+    /// `queue` (waiting) or `operator`.
+    pub holder: HolderKind,
+    /// The operator holding it, by display name.
+    pub name: Option<String>,
+    /// Whether the operator asking holds it.
+    pub mine: bool,
+    /// Since when it has waited or been held.
+    pub since: String,
+    pub waiting_s: i64,
+    /// The visitor's messages since the last reply.
+    pub unread: i64,
+}
+
+/// `GET /v1/operator/queue`: the longest waiting first.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct QueueView {
+    pub items: Vec<QueueItem>,
+    /// How many wait for a person (holder `queue`).
+    pub waiting: usize,
+}
+
+/// `GET /v1/operator/presence`: who is at the desk.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PresenceView {
+    pub online: usize,
+    /// Their display names (a neutral name for one who set none).
+    pub names: Vec<String>,
+}

@@ -2,6 +2,7 @@
 //! the visitor's live channel, and the way back to the assistant.
 
 mod channel;
+mod console;
 mod holders;
 mod nobody;
 mod turns;

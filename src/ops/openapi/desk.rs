@@ -63,3 +63,39 @@ fn reply() {}
               (status = 404, description = "conversation_not_found.", body = ErrorBody),
               (status = 409, description = "not_held.", body = ErrorBody)))]
 fn release() {}
+
+#[utoipa::path(post, path = "/v1/conversations/{id}/contact", tag = "visitor", security(("visitor" = [])),
+    params(("id" = String, Path, description = "A conversation id (c_…)."),
+           ("Origin" = String, Header, description = "One of the site's origins.")),
+    request_body = ContactBody,
+    responses((status = 204, description = "Kept for the team; never shown to the model."),
+              (status = 400, description = "invalid_request.", body = ErrorBody),
+              (status = 401, description = "invalid_visitor_token.", body = ErrorBody),
+              (status = 403, description = "origin_not_allowed, identity_invalid.", body = ErrorBody),
+              (status = 404, description = "conversation_not_found.", body = ErrorBody),
+              (status = 429, description = "rate_limited.", body = ErrorBody),
+              (status = 503, description = "service_unavailable.", body = ErrorBody)))]
+fn contact() {}
+
+#[utoipa::path(get, path = "/v1/operator/queue", tag = "operator",
+    security(("operator_token" = []), ("operator_session" = [])),
+    responses((status = 200, description = "Conversations with a person or waiting for one, the longest waiting first.", body = QueueView),
+              (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
+fn queue() {}
+
+#[utoipa::path(get, path = "/v1/operator/presence", tag = "operator",
+    security(("operator_token" = []), ("operator_session" = [])),
+    responses((status = 200, description = "Operators whose console was in use within two minutes.", body = PresenceView),
+              (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
+fn presence() {}
+
+#[utoipa::path(post, path = "/v1/operator/conversations/{id}/calls/{call}/cancel", tag = "operator",
+    security(("operator_token" = []), ("operator_session" = [])),
+    params(("id" = String, Path, description = "A conversation id (c_…)."),
+           ("call" = String, Path, description = "A call id (call_…).")),
+    responses((status = 204, description = "Cancelled, audited with the operator."),
+              (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+              (status = 403, description = "csrf_invalid.", body = ErrorBody),
+              (status = 404, description = "conversation_not_found, call_not_found.", body = ErrorBody),
+              (status = 409, description = "call_not_pending.", body = ErrorBody)))]
+fn cancel_card() {}
