@@ -48,6 +48,9 @@ name = "Acme"
 origins = ["{page}"]
 identity_secret_env = "E2E_IDENTITY_SECRET"
 
+[site.handoff]
+enabled = true
+
 [[site.tool]]
 name = "lookup_order"
 label = "Look up an order"
@@ -96,6 +99,11 @@ input_schema = {{ type = "object", required = ["order_id"], properties = {{ orde
         now,
     )
     .await?;
+    // Visitors see the admin's replies under this name, never the email.
+    app.store
+        .operators()
+        .set_name("admin@example.test", "Ada")
+        .await?;
     // The schema fuzzer calls the operator API with this token.
     let (_, operator_token) = deskbell::operator::accounts::new_token(
         &app.store,
@@ -121,6 +129,7 @@ input_schema = {{ type = "object", required = ["order_id"], properties = {{ orde
         .route("/", get(host_page))
         .route("/__script", post(script))
         .route("/__calls", get(calls))
+        .route("/__requests", get(requests))
         .with_state(Arc::new(control));
     tokio::spawn(async move { axum::serve(page_listener, pages).await });
     println!(
@@ -191,6 +200,12 @@ async fn script(State(c): State<Arc<Control>>, Json(body): Json<Value>) -> Json<
     };
     c.llm.push(reply);
     Json(json!({"ok": true}))
+}
+
+/// The model requests so far: their count and the last one.
+async fn requests(State(c): State<Arc<Control>>) -> Json<Value> {
+    let all = c.llm.requests();
+    Json(json!({"count": all.len(), "last": all.last()}))
 }
 
 async fn calls(State(c): State<Arc<Control>>) -> Json<Value> {

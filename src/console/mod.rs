@@ -24,6 +24,7 @@ const MODULES: &[(&str, &str)] = &[
     ("audit.js", include_str!("js/audit.js")),
     ("conversation.js", include_str!("js/conversation.js")),
     ("conversations.js", include_str!("js/conversations.js")),
+    ("desk.js", include_str!("js/desk.js")),
     ("dom.js", include_str!("js/dom.js")),
     ("knowledge.js", include_str!("js/knowledge.js")),
     ("labels.js", include_str!("js/labels.js")),

@@ -73,5 +73,9 @@ async fn create(
         issued_at: now,
     };
     let token = token::issue(&app.keys.visitor_tokens, &claims);
-    Ok(Json(VisitorResponse { visitor, token }))
+    Ok(Json(VisitorResponse {
+        visitor,
+        token,
+        handoff: site.config.handoff.enabled,
+    }))
 }

@@ -48,7 +48,9 @@
   var heading = h('h2', { id: 'deskbell-title', text: title });
   var fresh = h('button', { type: 'button', text: 'New', 'aria-label': 'Start a new conversation', onclick: function () { newConversation(); } });
   var close = h('button', { type: 'button', text: '✕', 'aria-label': 'Close chat', onclick: function () { toggle(false); } });
-  var panel = h('section', { class: 'panel', id: 'deskbell-panel', role: 'dialog', 'aria-labelledby': 'deskbell-title', hidden: '' }, [h('header', {}, [heading, fresh, close]), log, form]);
+  var person = h('button', { type: 'button', class: 'person', text: 'Talk to a person', hidden: '', onclick: function () { handoff(); } });
+  var holderLine = h('p', { class: 'holder', role: 'status', 'aria-live': 'polite', hidden: '' });
+  var panel = h('section', { class: 'panel', id: 'deskbell-panel', role: 'dialog', 'aria-labelledby': 'deskbell-title', hidden: '' }, [h('header', {}, [heading, person, fresh, close]), holderLine, log, form]);
   panel.addEventListener('keydown', function (e) { if (e.key === 'Escape') toggle(false); });
   var root = h('div', { class: 'root' }, [panel, launcher]);
   if (data.accent) root.style.setProperty('--deskbell-accent', data.accent);
@@ -139,7 +141,7 @@
     b.el.appendChild(list);
   }
   function stepLine(parent, label, status) {
-    var marks = { succeeded: ['✓', 'ok', ''], confirmed: ['✓', 'ok', 'Confirmed'], failed: ['✗', 'bad', 'Failed'], cancelled: ['', '', 'Cancelled'], expired: ['', '', 'Expired'], running: ['…', '', ''] };
+    var marks = { succeeded: ['✓', 'ok', ''], confirmed: ['✓', 'ok', 'Confirmed'], failed: ['✗', 'bad', 'Failed'], cancelled: ['', '', 'Cancelled'], expired: ['', '', 'Expired'], running: ['…', '', ''], event: ['', '', ''] };
     var m = marks[status] || ['', '', status];
     var line = h('div', { class: 'step ' + m[1], 'data-status': status }, [
       m[0] ? h('span', { class: 'mark', 'aria-hidden': 'true', text: m[0] + ' ' }) : null,
@@ -171,7 +173,7 @@
     var r = await fetch(base + '/v1/visitors', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     var j = await r.json();
     if (!r.ok) throw { code: j.error && j.error.code };
-    state.token = j.token; state.visitor = j.visitor; save();
+    state.token = j.token; state.visitor = j.visitor; state.handoff = !!j.handoff; save();
     return j.token;
   }
   async function call(method, path, body) {
@@ -181,7 +183,7 @@
     }
     return r;
   }
-  async function stream(response, handlers) {
+  async function stream(response, handlers, onId) {
     var reader = response.body.getReader(), dec = new TextDecoder(), buf = '';
     for (;;) {
       var chunk = await reader.read();
@@ -190,8 +192,9 @@
       var i;
       while ((i = buf.indexOf('\n\n')) >= 0) {
         var block = buf.slice(0, i); buf = buf.slice(i + 2);
-        var name = /^event: ?(.*)$/m.exec(block), payload = /^data: ?(.*)$/m.exec(block);
+        var name = /^event: ?(.*)$/m.exec(block), payload = /^data: ?(.*)$/m.exec(block), id = /^id: ?(.*)$/m.exec(block);
         if (name && payload && handlers[name[1]]) handlers[name[1]](JSON.parse(payload[1]));
+        if (id && onId) onId(id[1]);
       }
     }
   }
@@ -204,6 +207,8 @@
     var bubble = null;
     try {
       var r = await call('POST', '/v1/ask', body);
+      // A person holds the conversation: the message is theirs, no answer streams.
+      if (r.status === 202) { typing.remove(); return; }
       if (!r.ok) {
         var j = await r.json().catch(function () { return {}; });
         var code = j.error && j.error.code;
@@ -213,7 +218,7 @@
       }
       await stream(r, {
         decision: function (d) { if (onDecision) onDecision(d.status); },
-        turn: function (t) { typing.remove(); state.conversation = t.conversation; save(); bubble = assistantBubble(t.message); },
+        turn: function (t) { typing.remove(); if (state.conversation !== t.conversation) state.seen = 0; state.conversation = t.conversation; save(); showHolder({ holder: state.holder || 'assistant' }); bubble = assistantBubble(t.message); },
         delta: function (d) { if (!bubble) bubble = assistantBubble(); bubble.text += d.text; render(bubble); },
         step: function (s) {
           if (!bubble) return;
@@ -224,7 +229,9 @@
         confirm: function (c) { if (bubble) showCard(bubble.el, c, state.conversation); },
         citations: function (c) { if (bubble) citations(bubble, c.items); },
         error: function (e) { errorLine(e.message); },
-        done: function () { typing.remove(); }
+        holder: function (e) { showHolder(e); },
+        offline: function (e) { offline(e.offline); },
+        done: function () { typing.remove(); listen(); }
       });
     } catch (e) {
       typing.remove();
@@ -292,6 +299,8 @@
       var convo = await r.json();
       convo.messages.forEach(function (m) {
         if (m.role === 'visitor') { visitorBubble(m.text); return; }
+        if (m.role === 'operator') { operatorBubble(m); return; }
+        if (m.role === 'event') { stepLine(log, m.text, 'event'); return; }
         var b = assistantBubble(m.id); b.text = m.text; b.sources = m.citations || []; render(b);
         if (m.citations && m.citations.length) citations(b, m.citations);
         (m.steps || []).forEach(function (s) {
@@ -300,10 +309,72 @@
         });
         if (m.status === 'failed' && !m.text) errorLine('This answer could not be completed.');
       });
+      showHolder({ holder: state.holder || 'assistant', name: state.holderName });
+      listen();
     } catch (e) { errorLine('You appear to be offline. Check your connection and try again.'); }
   }
   function clearLog() { cards.forEach(function (c) { clearInterval(c.timer); }); cards = []; log.replaceChildren(); }
-  function newConversation() { state.conversation = null; save(); clearLog(); restore(); input.focus(); }
+  function newConversation() { state.conversation = null; state.seen = 0; save(); stopListening(); showHolder({ holder: 'assistant' }); clearLog(); restore(); input.focus(); }
+
+  // ---- a person at the desk (SPEC §19) --------------------------------------------
+  var shown = {}; // operator messages on screen, by id
+  var listening = null; // the conversation whose live channel is open
+  function operatorBubble(m) {
+    if (shown[m.id]) return;
+    shown[m.id] = true;
+    // An operator's words are plain text: no Markdown, no links made.
+    log.appendChild(h('div', { class: 'msg operator', 'data-message': m.id }, [h('span', { class: 'who', text: m.name || 'Support team' }), h('div', { class: 'body', text: m.text })]));
+    scroll();
+  }
+  function showHolder(e) {
+    var was = state.holder || 'assistant';
+    if (was !== 'assistant' && e.holder === 'assistant' && !holderLine.hidden) stepLine(log, 'Back with the assistant', 'event');
+    state.holder = e.holder; state.holderName = e.name || null; save();
+    holderLine.hidden = e.holder === 'assistant';
+    holderLine.textContent = e.holder === 'operator' ? 'You\'re chatting with ' + (e.name || 'the support team') : e.holder === 'queue' ? 'Waiting for a person…' : '';
+    person.hidden = !(state.handoff && state.conversation && e.holder === 'assistant');
+  }
+  async function handoff() {
+    if (!state.conversation) return;
+    person.disabled = true;
+    try {
+      var r = await call('POST', '/v1/conversations/' + encodeURIComponent(state.conversation) + '/handoff', {});
+      var j = await r.json().catch(function () { return {}; });
+      if (!r.ok) { errorLine(explain(j.error && j.error.code, r.headers.get('retry-after'))); return; }
+      if (j.offline) offline(j.offline); else { showHolder(j); listen(); }
+    } catch (e) { errorLine('The connection was interrupted. Please try again.'); }
+    finally { person.disabled = false; }
+  }
+  function offline(text) {
+    var email = h('input', { type: 'email', id: 'deskbell-email', autocomplete: 'email', required: '' });
+    var box = h('form', { class: 'offline', 'aria-label': 'Leave your email' }, [h('p', { text: text }), h('label', { for: 'deskbell-email', text: 'Your email' }), email, h('button', { type: 'submit', text: 'Leave email' })]);
+    box.addEventListener('submit', async function (e) {
+      e.preventDefault();
+      var r = await call('POST', '/v1/conversations/' + encodeURIComponent(state.conversation) + '/contact', { email: email.value });
+      if (r.ok) box.replaceWith(h('p', { class: 'step ok', text: 'Thanks. The team has your email address.' }));
+      else errorLine('Please enter an email address.');
+    });
+    log.appendChild(box); scroll();
+  }
+  function stopListening() { if (listening) listening.abort(); listening = null; }
+  // The live channel: operator replies and changes of holder, resumed after
+  // the last event seen (Last-Event-ID), reconnecting after a drop.
+  async function listen() {
+    var convo = state.conversation;
+    if (!state.handoff || !convo || (listening && listening.convo === convo)) return;
+    stopListening();
+    var ctl = new AbortController(); ctl.convo = convo; listening = ctl;
+    for (var wait = 1000; listening === ctl; wait = Math.min(wait * 2, 30000)) {
+      try {
+        var headers = { authorization: 'Bearer ' + await token() };
+        if (state.seen) headers['last-event-id'] = String(state.seen);
+        var r = await fetch(base + '/v1/conversations/' + encodeURIComponent(convo) + '/events', { headers: headers, signal: ctl.signal });
+        if (r.status === 404 || r.status === 401) return;
+        if (r.ok) { wait = 1000; await stream(r, { message: operatorBubble, holder: showHolder }, function (id) { state.seen = Number(id); save(); }); }
+      } catch (e) { if (ctl.signal.aborted) return; }
+      await new Promise(function (ok) { setTimeout(ok, wait); });
+    }
+  }
 
   window.Deskbell = Object.freeze({
     open: function () { toggle(true); },

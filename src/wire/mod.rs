@@ -29,6 +29,9 @@ pub struct VisitorRequest {
 pub struct VisitorResponse {
     pub visitor: String,
     pub token: String,
+    /// Whether the site hands conversations to people (SPEC §19): the widget
+    /// shows "Talk to a person" only then.
+    pub handoff: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]

@@ -10,15 +10,17 @@ import { siteName } from './state.js';
 import { onLive, debounced } from './live.js';
 import { bubble, stepLine } from './messages.js';
 import { auditTable } from './audit.js';
+import { deskPanel } from './desk.js';
 
 export function pageConversation(ctx, id) {
   const meta = h('dl', { class: 'meta', id: 'conversation-meta' });
+  const desk = h('div', { id: 'desk' });
   const messages = h('div', { class: 'log', id: 'messages' });
   const calls = h('div', { id: 'calls', class: 'calls' });
   const errors = h('div', { class: 'errors' });
   view.append(
     h('p', { class: 'back' }, [h('a', { href: '#/conversations', text: '← All conversations' })]),
-    pageTitle('Conversation'), errors, meta,
+    pageTitle('Conversation'), errors, meta, desk,
     h('section', { 'aria-labelledby': 'messages-title' }, [h('h2', { id: 'messages-title', text: 'Messages' }), messages]),
     h('section', { 'aria-labelledby': 'calls-title' }, [h('h2', { id: 'calls-title', text: 'Calls' }), calls]),
   );
@@ -32,6 +34,7 @@ export function pageConversation(ctx, id) {
       if (json === shown) return;
       shown = json;
       renderConversation(c, meta, messages, calls);
+      desk.replaceChildren(deskPanel(c, () => load(false)));
       if (live) announce('This conversation was updated.');
     } catch (e) {
       if (!ctx.alive) return;

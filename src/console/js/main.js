@@ -14,13 +14,16 @@ import { pageAudit } from './audit.js';
 import { pageTools } from './tools.js';
 import { pageKnowledge } from './knowledge.js';
 import { pageUsage } from './usage.js';
+import { pageQueue, startQueueWatch } from './desk.js';
 
 let current = null; // The page on screen: { alive, cleanups }.
+let stopQueueWatch = null; // Ends the queue badge's watch at sign-out.
 
 // ---- signing in and out ---------------------------------------------------------------
 
 function showSignIn(message) {
   closeEvents();
+  if (stopQueueWatch) { stopQueueWatch(); stopQueueWatch = null; }
   leavePage();
   state.operator = null; state.csrf = null;
   document.body.removeAttribute('data-role');
@@ -84,6 +87,7 @@ async function signedIn(session, moveFocus) {
   try { state.sites = (await api('GET', '/sites')).items; } catch { state.sites = []; }
   if (!state.operator) return; // The session ended while the sites loaded.
   openEvents();
+  if (!stopQueueWatch) stopQueueWatch = startQueueWatch(state.listeners);
   // A hash that is not a page (an old #main) would leave the view empty: start on the list.
   if (!location.hash.startsWith('#/')) history.replaceState(null, '', '#/conversations');
   route(moveFocus);
@@ -99,6 +103,7 @@ async function signOut() {
 // ---- routing ----------------------------------------------------------------------
 
 const ROUTES = [
+  [/^#\/queue\/?$/, 'queue', pageQueue],
   [/^#\/conversations\/?$/, 'conversations', pageConversations],
   [/^#\/conversations\/([^/]+)$/, 'conversations', pageConversation],
   [/^#\/audit\/?$/, 'audit', pageAudit],

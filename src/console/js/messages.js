@@ -40,6 +40,13 @@ function card(step, level) {
 }
 
 export function bubble(m) {
+  if (m.role === 'event') return h('p', { class: 'step', 'data-message': m.id, text: m.text });
+  if (m.role === 'operator') {
+    return h('div', { class: 'msg operator', 'data-message': m.id }, [
+      h('p', { class: 'who' }, [`${m.name || 'Operator'} (operator) · `, timeEl(m.created_at)]),
+      h('div', { class: 'body plain', text: m.text }),
+    ]);
+  }
   const who = m.role === 'visitor' ? 'Visitor' : 'Assistant';
   const meta = [who, ' · ', timeEl(m.created_at)];
   if (m.usage) meta.push(` · ${num(m.usage.input_tokens)} in, ${num(m.usage.output_tokens)} out tokens`);
