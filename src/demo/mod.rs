@@ -124,6 +124,11 @@ async fn demo_operator(app: &crate::app::App) -> anyhow::Result<Option<String>> 
         app.clock.now_ms(),
     )
     .await?;
+    // Visitors see this name on the operator's replies, never the email.
+    app.store
+        .operators()
+        .set_name(DEMO_OPERATOR, "Ada from Acme")
+        .await?;
     Ok(Some(password))
 }
 
@@ -204,6 +209,12 @@ name = "Acme Store"
 origins = ["{base}", "{localhost}"]
 instructions = "You are the support assistant of Acme Store, a small online shop. Be friendly and brief. Look orders up before acting on them."
 knowledge = [{{ path = "{knowledge}", base_url = "{base}/help" }}]
+
+# The human desk: the widget offers "Talk to a person" and the assistant may
+# hand over; with no operator's console open, visitors are told nobody is there.
+[site.handoff]
+enabled = true
+offline_message = "Nobody from the Acme team is online right now. You can leave your email address for them."
 
 [[site.tool]]
 name = "lookup_order"
