@@ -3,6 +3,7 @@
 
 mod channel;
 mod console;
+mod crash;
 mod holders;
 mod nobody;
 mod turns;

@@ -17,9 +17,10 @@ mod redis;
 mod reply;
 
 pub use console::{Console, PASSWORD, session_cookie};
+pub use live::Channel;
 pub use processes::{
-    ask_as_new_visitor, config_file, deskbell_command, free_port, fresh_postgres_database,
-    succeeded,
+    ask_as_new_visitor, ask_path_post, config_file, deskbell_command, free_port,
+    fresh_postgres_database, succeeded,
 };
 pub use redis::{RedisChild, redis_url};
 pub use reply::{Reply, parse_sse, parse_sse_with_ids, read};

@@ -25,12 +25,15 @@ pub struct LiveEvent {
 impl TestApp {
     /// Opens the visitor's live channel, resuming after `last` when given.
     pub async fn channel(&self, token: &str, conversation: &str, last: Option<&str>) -> Channel {
-        let mut req = self
-            .http
-            .get(format!(
-                "{}/v1/conversations/{conversation}/events",
-                self.base
-            ))
+        Channel::open(&self.base, token, conversation, last).await
+    }
+}
+
+impl Channel {
+    /// Opens a visitor's live channel on the server at `base`.
+    pub async fn open(base: &str, token: &str, conversation: &str, last: Option<&str>) -> Channel {
+        let mut req = reqwest::Client::new()
+            .get(format!("{base}/v1/conversations/{conversation}/events"))
             .header("origin", ORIGIN)
             .bearer_auth(token);
         if let Some(last) = last {
@@ -48,9 +51,7 @@ impl TestApp {
             buffer: String::new(),
         }
     }
-}
 
-impl Channel {
     /// The next `n` events, failing the test if they do not come within `wait`.
     pub async fn take(&mut self, n: usize, wait: Duration) -> Vec<LiveEvent> {
         let deadline = tokio::time::Instant::now() + wait;

@@ -74,3 +74,16 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// A visitor's POST with an empty JSON body to `path` on the server at `base`.
+pub async fn ask_path_post(base: &str, token: &str, path: &str) -> serde_json::Value {
+    let r = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .header("origin", super::ORIGIN)
+        .bearer_auth(token)
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    r.json().await.unwrap()
+}
