@@ -202,6 +202,33 @@ pub async fn reply(
     Ok(Json(event))
 }
 
+/// `POST /v1/operator/conversations/{id}/typing`: the visitor sees "Ada is
+/// typing…" for a few seconds. Only the operator who holds it; the console
+/// sends it at most every few seconds while its operator writes.
+pub async fn typing(
+    State(app): State<App>,
+    operator: Operator,
+    Path(id): Path<String>,
+) -> Result<axum::http::StatusCode, ApiError> {
+    let (id, _, _) = head(&app, &id).await?;
+    let name = name_of(&app, &operator.email).await?;
+    let now = app.clock.now_ms();
+    let data = serde_json::to_string(&crate::wire::TypingEvent {
+        name,
+        at: rfc3339(now),
+    })
+    .map_err(|e| ApiError::Internal(e.into()))?;
+    let me = Holder::Operator(operator.email.clone());
+    let event = NewEvent {
+        kind: "typing",
+        data: &data,
+    };
+    match app.store.desk().note(&id, &me, event, now).await? {
+        true => Ok(axum::http::StatusCode::NO_CONTENT),
+        false => Err(ApiError::NotHeld),
+    }
+}
+
 /// `POST /v1/operator/conversations/{id}/release`: back to the assistant, by
 /// the operator who holds it or an admin (who may also release the queue).
 pub async fn release(

@@ -52,6 +52,10 @@ pub fn router() -> Router<App> {
             "/v1/operator/conversations/{id}/calls/{call}/cancel",
             post(queue::cancel_card),
         )
+        .route(
+            "/v1/operator/conversations/{id}/typing",
+            post(console::typing),
+        )
         .route("/v1/operator/queue", get(queue::queue))
         .route("/v1/operator/presence", get(queue::presence))
 }

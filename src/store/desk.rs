@@ -209,6 +209,32 @@ impl Desk<'_> {
         Ok(true)
     }
 
+    /// Appends an event that changes nothing else (an operator typing), only
+    /// while `holder` holds the conversation.
+    pub async fn note(
+        self,
+        conversation: &str,
+        holder: &Holder,
+        event: NewEvent<'_>,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        let mut tx = self.0.writer().begin().await?;
+        // The event's number first: it locks the row, so the holder read next
+        // cannot change before this commits.
+        self.append_in(&mut tx, conversation, event, now).await?;
+        let held = sqlx::query("SELECT 1 FROM conversations WHERE id = $1 AND holder = $2")
+            .bind(conversation)
+            .bind(holder.as_text())
+            .fetch_optional(&mut *tx)
+            .await?;
+        if held.is_none() {
+            return Ok(false);
+        }
+        tx.commit().await?;
+        self.committed(conversation);
+        Ok(true)
+    }
+
     /// Stores a visitor's message while a person holds the conversation (or it
     /// waits for one). `false`: the conversation is back with the assistant (or
     /// gone), and nothing was stored.

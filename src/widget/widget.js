@@ -356,6 +356,16 @@
     });
     log.appendChild(box); scroll();
   }
+  var typingEl = null, typingTimer = null;
+  function typingOff() { clearTimeout(typingTimer); if (typingEl) typingEl.remove(); typingEl = null; }
+  function typingOn(e) {
+    // A replayed event of long ago says nothing about now.
+    if (Date.now() - Date.parse(e.at) > 10000) return;
+    typingOff();
+    typingEl = h('div', { class: 'msg operator typing', text: (e.name || 'Support team') + ' is typing…' });
+    log.appendChild(typingEl); scroll();
+    typingTimer = setTimeout(typingOff, 5000);
+  }
   function stopListening() { if (listening) listening.abort(); listening = null; }
   // The live channel: operator replies and changes of holder, resumed after
   // the last event seen (Last-Event-ID), reconnecting after a drop.
@@ -370,7 +380,7 @@
         if (state.seen) headers['last-event-id'] = String(state.seen);
         var r = await fetch(base + '/v1/conversations/' + encodeURIComponent(convo) + '/events', { headers: headers, signal: ctl.signal });
         if (r.status === 404 || r.status === 401) return;
-        if (r.ok) { wait = 1000; await stream(r, { message: operatorBubble, holder: showHolder }, function (id) { state.seen = Number(id); save(); }); }
+        if (r.ok) { wait = 1000; await stream(r, { message: function (m) { typingOff(); operatorBubble(m); }, holder: showHolder, typing: typingOn }, function (id) { state.seen = Number(id); save(); }); }
       } catch (e) { if (ctl.signal.aborted) return; }
       await new Promise(function (ok) { setTimeout(ok, wait); });
     }

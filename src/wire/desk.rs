@@ -56,6 +56,14 @@ pub struct DeskMessageEvent {
     pub created_at: String,
 }
 
+/// `event: typing` on the visitor's live channel: an operator is writing.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TypingEvent {
+    pub name: String,
+    /// When; a widget replaying old events ignores an old one.
+    pub at: String,
+}
+
 /// `202` to an ask while a person holds the conversation: stored, not answered
 /// by the assistant.
 #[derive(Debug, Serialize, utoipa::ToSchema)]

@@ -68,10 +68,12 @@ test('a visitor reaches a person, the person replies, and the assistant takes th
   await row.locator('a').click();
   await operator.locator('#takeover').click();
   await operator.locator('#reply-text').fill("Hi, I'm Ada. Let me look at your order.");
+  // The visitor sees the operator typing before the reply comes.
+  await visitor.locator('deskbell-widget .typing', { hasText: 'Ada is typing' }).waitFor();
   await operator.locator('#reply button[type="submit"]').click();
 
   // The reply reaches the widget live, under the operator's display name.
-  const reply = visitor.locator('deskbell-widget .msg.operator');
+  const reply = visitor.locator('deskbell-widget .msg.operator:not(.typing)');
   await reply.filter({ hasText: 'Let me look at your order' }).waitFor();
   assert.equal(await reply.locator('.who').textContent(), 'Ada');
   await visitor.locator('deskbell-widget .holder', { hasText: "You're chatting with Ada" }).waitFor();

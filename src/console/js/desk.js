@@ -9,6 +9,8 @@ import { siteName } from './state.js';
 import { onLive, debounced } from './live.js';
 
 const TITLE = 'Deskbell console';
+// A reply being written survives the panel's redraw on a live change.
+const drafts = new Map();
 let waitingBefore = 0;
 
 /** Keeps the nav badge, the page title and a chime in step with the queue. */
@@ -83,12 +85,24 @@ export function deskPanel(c, reload) {
   if (!c.held_by_you) kids.push(h('button', { type: 'button', id: 'takeover', text: 'Take over', onclick: () => act('takeover', {}, 'You hold this conversation.') }));
   if (c.held_by_you) {
     const text = h('textarea', { id: 'reply-text', rows: '3', maxlength: '4000' });
+    const hadFocus = document.activeElement?.id === 'reply-text';
+    text.value = drafts.get(c.id) || '';
+    if (hadFocus) queueMicrotask(() => text.focus());
+    text.addEventListener('input', () => drafts.set(c.id, text.value));
+    // The visitor sees "… is typing", at most every three seconds.
+    let typed = 0;
+    text.addEventListener('input', () => {
+      if (Date.now() - typed < 3000) return;
+      typed = Date.now();
+      api('POST', `/conversations/${enc(c.id)}/typing`).catch(() => {});
+    });
     const form = h('form', { id: 'reply', class: 'reply' }, [
       h('label', { for: 'reply-text', text: 'Reply to the visitor' }), text, h('button', { type: 'submit', text: 'Send reply' }),
     ]);
     form.addEventListener('submit', (e) => {
       e.preventDefault();
       if (!text.value.trim()) return;
+      drafts.delete(c.id);
       act('messages', { text: text.value }, 'Reply sent.');
     });
     kids.push(form);

@@ -99,3 +99,13 @@ fn presence() {}
               (status = 404, description = "conversation_not_found, call_not_found.", body = ErrorBody),
               (status = 409, description = "call_not_pending.", body = ErrorBody)))]
 fn cancel_card() {}
+
+#[utoipa::path(post, path = "/v1/operator/conversations/{id}/typing", tag = "operator",
+    security(("operator_token" = []), ("operator_session" = [])),
+    params(("id" = String, Path, description = "A conversation id (c_…).")),
+    responses((status = 204, description = "The visitor's channel gets `typing` (`TypingEvent`)."),
+              (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+              (status = 403, description = "csrf_invalid.", body = ErrorBody),
+              (status = 404, description = "conversation_not_found.", body = ErrorBody),
+              (status = 409, description = "not_held.", body = ErrorBody)))]
+fn typing() {}

@@ -154,7 +154,7 @@ struct StatusDoc {
         operations::knowledge_search, operations::tokens,
         operations::token_revoke, desk::handoff, desk::events, desk::takeover,
         desk::reply, desk::release, desk::contact, desk::queue, desk::presence,
-        desk::cancel_card,
+        desk::cancel_card, desk::typing,
     ),
     components(schemas(ErrorBody, ErrorDetail, ErrorCodeDoc, StreamEvent, AuditEntryDoc, StatusDoc)),
     modifiers(&Security),

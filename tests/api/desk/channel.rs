@@ -133,3 +133,24 @@ async fn a_reply_on_one_replica_reaches_a_visitor_listening_on_another() {
     let events = live.take(3, Duration::from_secs(3)).await;
     assert_eq!(events[2].data["text"], "From the other replica");
 }
+
+#[tokio::test]
+async fn an_operator_typing_reaches_the_visitor_and_only_the_holder_may_say_so() {
+    let t = TestApp::with(with_handoff).await;
+    let (token, c) = conversation(&t).await;
+    let ada = named_console(&t, OperatorRole::Agent, "ada@example.test", "Ada").await;
+    let bob = named_console(&t, OperatorRole::Agent, "bob@example.test", "Bob").await;
+    let typing = format!("/v1/operator/conversations/{c}/typing");
+    let r = ada.send(reqwest::Method::POST, &typing, json!({})).await;
+    assert_eq!((r.status, r.code()), (409, "not_held"));
+    assert_eq!(ada.takeover(&c, json!({})).await.status, 200);
+    let mut live = t.channel(&token, &c, Some("1")).await;
+    assert_eq!(ada.send(reqwest::Method::POST, &typing, json!({})).await.status, 204);
+    let r = bob.send(reqwest::Method::POST, &typing, json!({})).await;
+    assert_eq!((r.status, r.code()), (409, "not_held"));
+    let events = live.take(1, LIVE).await;
+    assert_eq!(events[0].name, "typing");
+    assert_eq!(events[0].data["name"], "Ada");
+    assert!(events[0].data["at"].as_str().is_some());
+    assert!(live.quiet_for(Duration::from_millis(300)).await, "a refused typing was sent");
+}
