@@ -1,10 +1,12 @@
 //! The human desk (SPEC §19): who holds a conversation, operators' replies on
 //! the visitor's live channel, and the way back to the assistant.
 
+mod balanced;
 mod channel;
 mod console;
 mod crash;
 mod holders;
+mod metrics;
 mod nobody;
 mod turns;
 

@@ -13,7 +13,7 @@ use crate::crash::harness::{Server, setup_with};
 use crate::support::free_port;
 
 /// A Prometheus child process scraping `target` every second, stopped on drop.
-struct Prometheus {
+pub(crate) struct Prometheus {
     child: Child,
     base: String,
     _dir: tempfile::TempDir,
@@ -27,7 +27,7 @@ impl Drop for Prometheus {
 }
 
 impl Prometheus {
-    fn start(target: &str) -> Prometheus {
+    pub(crate) fn start(target: &str) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("prometheus.yml");
         std::fs::write(
@@ -58,7 +58,7 @@ impl Prometheus {
     }
 
     /// The value of an instant query (summed), or `None` while it has no data.
-    async fn value(&self, query: &str) -> Option<f64> {
+    pub(crate) async fn value(&self, query: &str) -> Option<f64> {
         let r = reqwest::Client::new()
             .get(format!("{}/api/v1/query", self.base))
             .query(&[("query", query)])
@@ -72,12 +72,12 @@ impl Prometheus {
     }
 
     /// Waits (bounded) until `query` reaches `want`, then holds that it is not more.
-    async fn exactly(&self, query: &str, want: f64) {
+    pub(crate) async fn exactly(&self, query: &str, want: f64) {
         assert_eq!(self.until_at_least(query, want).await, want, "{query}");
     }
 
     /// Waits (bounded) until `query` reaches at least `want`; returns what it read.
-    async fn until_at_least(&self, query: &str, want: f64) -> f64 {
+    pub(crate) async fn until_at_least(&self, query: &str, want: f64) -> f64 {
         let mut last = None;
         for _ in 0..120 {
             last = self.value(query).await;

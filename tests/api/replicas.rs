@@ -7,7 +7,7 @@ use std::time::Duration;
 use deskbell::testkit::{Piece, Reply as Script};
 use serde_json::json;
 
-mod cluster;
+pub(crate) mod cluster;
 use cluster::Cluster;
 
 use crate::crash::harness::hanging;

@@ -145,12 +145,20 @@ async fn an_operator_typing_reaches_the_visitor_and_only_the_holder_may_say_so()
     assert_eq!((r.status, r.code()), (409, "not_held"));
     assert_eq!(ada.takeover(&c, json!({})).await.status, 200);
     let mut live = t.channel(&token, &c, Some("1")).await;
-    assert_eq!(ada.send(reqwest::Method::POST, &typing, json!({})).await.status, 204);
+    assert_eq!(
+        ada.send(reqwest::Method::POST, &typing, json!({}))
+            .await
+            .status,
+        204
+    );
     let r = bob.send(reqwest::Method::POST, &typing, json!({})).await;
     assert_eq!((r.status, r.code()), (409, "not_held"));
     let events = live.take(1, LIVE).await;
     assert_eq!(events[0].name, "typing");
     assert_eq!(events[0].data["name"], "Ada");
     assert!(events[0].data["at"].as_str().is_some());
-    assert!(live.quiet_for(Duration::from_millis(300)).await, "a refused typing was sent");
+    assert!(
+        live.quiet_for(Duration::from_millis(300)).await,
+        "a refused typing was sent"
+    );
 }

@@ -13,7 +13,7 @@ use crate::support::{Channel, session_cookie};
 use deskbell::testkit::Reply as Script;
 
 /// A signed-in console on `base`: its cookie and CSRF token.
-async fn sign_in(base: &str, email: &str) -> (String, String) {
+pub(super) async fn sign_in(base: &str, email: &str) -> (String, String) {
     let r = reqwest::Client::new()
         .post(format!("{base}/v1/operator/session"))
         .json(&json!({"email": email, "password": crate::support::PASSWORD}))
@@ -28,7 +28,7 @@ async fn sign_in(base: &str, email: &str) -> (String, String) {
     )
 }
 
-async fn operator_post(
+pub(super) async fn operator_post(
     base: &str,
     (cookie, csrf): &(String, String),
     path: &str,
