@@ -8,7 +8,7 @@
 //! changes of holder), which a widget matches to history by message id.
 //!
 //! The stream reads the table after the last number it sent whenever it is
-//! woken (`notify.rs`: a commit on this replica, a PostgreSQL notification
+//! woken (`store::desk`'s per-conversation wakers: a commit on this replica, a PostgreSQL notification
 //! from another) and, as a safety net for a lost wake-up, every `RECHECK`.
 
 use std::convert::Infallible;
@@ -19,12 +19,11 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
-use tokio::sync::broadcast::error::RecvError;
 
 use crate::app::App;
 use crate::error::ApiError;
 use crate::guard::{self, streams::StreamSlot};
-use crate::store::desk::DeskEvent;
+use crate::store::desk::{DeskEvent, Watch};
 
 /// How often a stream reads its events without being woken.
 const RECHECK: Duration = Duration::from_secs(10);
@@ -67,7 +66,7 @@ struct State_ {
     conversation: String,
     after: i64,
     ready: std::collections::VecDeque<DeskEvent>,
-    wakes: tokio::sync::broadcast::Receiver<String>,
+    watch: Watch,
     /// Counts this stream against the visitor's cap until it ends.
     _slot: StreamSlot,
 }
@@ -78,14 +77,13 @@ fn events(
     after: i64,
     slot: StreamSlot,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
-    // Subscribed before the first read, so a commit between the two still wakes it.
-    let wakes = app.store.desk().subscribe();
+    let watch = app.store.desk().watch(&conversation);
     let state = State_ {
         app,
         conversation,
         after,
         ready: Default::default(),
-        wakes,
+        watch,
         _slot: slot,
     };
     futures_util::stream::unfold(state, |mut s| async move {
@@ -98,6 +96,12 @@ fn events(
                     .data(event.data);
                 return Some((Ok(sse), s));
             }
+            // The wait is enabled before the read, so a commit between the
+            // read and the wait still wakes it.
+            let notify = std::sync::Arc::clone(&s.watch.notify);
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
             match s
                 .app
                 .store
@@ -113,27 +117,9 @@ fn events(
                 // A database out of reach: the next wake or recheck reads again.
                 Err(e) => tracing::warn!(error = %e, "a visitor's events could not be read"),
             }
-            wait(&mut s).await;
+            // Woken by a commit of this conversation's (or a missed-wake
+            // "*"), or the re-read's time has come.
+            let _ = tokio::time::timeout(RECHECK, woken).await;
         }
     })
-}
-
-/// Waits for a wake-up about this conversation (or all), or the recheck.
-async fn wait(s: &mut State_) {
-    let deadline = tokio::time::Instant::now() + RECHECK;
-    loop {
-        match tokio::time::timeout_at(deadline, s.wakes.recv()).await {
-            Err(_) => return,
-            Ok(Ok(conversation)) if conversation == s.conversation || conversation == "*" => {
-                return;
-            }
-            Ok(Ok(_)) => continue,
-            // Behind: some wake-up may have been ours.
-            Ok(Err(RecvError::Lagged(_))) => return,
-            Ok(Err(RecvError::Closed)) => {
-                tokio::time::sleep_until(deadline).await;
-                return;
-            }
-        }
-    }
 }

@@ -94,6 +94,8 @@ pub struct Store {
     login_keys_purged_at: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// Wakes this process's readers of a conversation's desk events (`desk.rs`).
     desk_events: tokio::sync::broadcast::Sender<String>,
+    /// Wakes the live channels of one conversation (`desk/wakers.rs`).
+    desk_wakers: std::sync::Arc<desk::Wakers>,
 }
 
 /// A transaction on either backend.
@@ -213,6 +215,7 @@ impl Store {
                     known_budgets: Default::default(),
                     login_keys_purged_at: Default::default(),
                     desk_events: tokio::sync::broadcast::channel(1024).0,
+                    desk_wakers: Default::default(),
                 }
             }
             Backend::Postgres => {
@@ -231,6 +234,7 @@ impl Store {
                     known_budgets: Default::default(),
                     login_keys_purged_at: Default::default(),
                     desk_events: tokio::sync::broadcast::channel(1024).0,
+                    desk_wakers: Default::default(),
                 }
             }
         };

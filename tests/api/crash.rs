@@ -47,17 +47,7 @@ async fn an_auto_call_killed_while_it_runs_is_delivered_again_and_the_turn_finis
     let s = setup(on_postgres()).await;
     let server = Server::start(&s.config, None).await;
     let token = server.visitor().await;
-    s.llm.push(Script::Stream(vec![
-        Piece::Text("Let me look. ".into()),
-        Piece::ToolCall {
-            id: "call_fake_0".into(),
-            name: "lookup_order".into(),
-            arguments: r#"{"order_id": 42}"#.into(),
-        },
-    ]));
-    s.hook.push(hanging());
-    server.ask_in_background(&token, json!({"message": "Where is order 42?"}));
-    s.wait_for_delivery("/lookup", 1).await;
+    s.lookup_left_running(&server, &token).await;
     let conversation: String = {
         use sqlx::Row;
         let row = sqlx::query("SELECT id FROM conversations")

@@ -79,6 +79,15 @@ test('a visitor reaches a person, the person replies, and the assistant takes th
   await visitor.locator('deskbell-widget .holder', { hasText: "You're chatting with Ada" }).waitFor();
   assert.equal(await person.isHidden(), true);
 
+  // An operator's text is plain text: no HTML, no Markdown, no javascript: link.
+  const hostile = '<b>bold</b> <img src=x onerror=alert(1)> [click](javascript:alert(1)) **loud**';
+  await operator.locator('#reply-text').fill(hostile);
+  await operator.locator('#reply button[type="submit"]').click();
+  const plain = reply.filter({ hasText: 'click' });
+  await plain.waitFor();
+  assert.equal(await plain.locator('.body').textContent(), hostile);
+  assert.equal(await plain.locator('b, img, a, strong').count(), 0);
+
   // The visitor's next message goes to the person: the console shows it, the model is not asked.
   const asked = (await requests()).count;
   await send(visitor, 'It is order 42, it never arrived.');

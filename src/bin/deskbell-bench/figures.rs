@@ -110,6 +110,9 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     if wants("streams") {
         crate::load::open_streams(&sizes).await?;
     }
+    if wants("desk") {
+        crate::desk::figures(sizes.open_streams).await?;
+    }
     // Minutes on a CPU model: only when asked for by name.
     if only == Some("quality") {
         crate::quality::figures().await?;

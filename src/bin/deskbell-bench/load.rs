@@ -199,7 +199,7 @@ async fn held_streams(n: usize, http2: bool) -> anyhow::Result<()> {
 
 /// Raises this process's open-file limit to its hard limit (the server it
 /// starts inherits it), with util-linux's `prlimit`; returns (soft, hard) after.
-fn raise_open_files() -> (u64, u64) {
+pub(crate) fn raise_open_files() -> (u64, u64) {
     let read = || {
         let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
         let line = limits

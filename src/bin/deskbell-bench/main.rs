@@ -9,6 +9,7 @@
 mod client;
 mod confirm;
 mod console;
+mod desk;
 mod figures;
 mod knowledge;
 mod latency;

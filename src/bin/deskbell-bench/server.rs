@@ -23,6 +23,15 @@ pub struct Server {
     _dir: Option<tempfile::TempDir>,
 }
 
+/// Limits far above any load the benchmark makes.
+const UNLIMITED: &str = "[site.limits]
+requests_per_minute = 1000000
+requests_per_minute_per_ip = 1000000
+concurrent_streams_per_visitor = 100000
+concurrent_streams = 100000
+daily_token_budget = 1000000000000
+";
+
 /// Guards set far above the load, except on the `limited` site.
 pub fn config(
     llm: &FakeLlm,
@@ -56,13 +65,7 @@ http2 = {http2}
 id = "bench"
 origins = ["{ORIGIN}"]
 {knowledge}
-[site.limits]
-requests_per_minute = 1000000
-requests_per_minute_per_ip = 1000000
-concurrent_streams_per_visitor = 100000
-concurrent_streams = 100000
-daily_token_budget = 1000000000000
-
+{UNLIMITED}
 [[site.tool]]
 name = "cancel_order"
 label = "Cancel an order"
@@ -70,6 +73,12 @@ policy = "confirm"
 url = "{hook}"
 input_schema = {{ type = "object", required = ["order_id"], properties = {{ order_id = {{ type = "integer", title = "Order ID" }} }} }}
 
+[[site]]
+id = "desk"
+origins = ["{ORIGIN}"]
+[site.handoff]
+enabled = true
+{UNLIMITED}
 [[site]]
 id = "limited"
 origins = ["{ORIGIN}"]
@@ -176,7 +185,7 @@ pub async fn start_replica(
     start_on(dir, None, llm, hook, env, database_url).await
 }
 
-async fn start_on(
+pub async fn start_on(
     dir: &std::path::Path,
     knowledge: Option<&std::path::Path>,
     llm: &FakeLlm,

@@ -283,6 +283,22 @@ impl Setup {
         path
     }
 
+    /// Asks about order 42: the model looks it up, and the lookup hangs in
+    /// the tools' backend until the test goes on (a call left running).
+    pub async fn lookup_left_running(&self, server: &Server, token: &str) {
+        self.llm.push(Script::Stream(vec![
+            deskbell::testkit::Piece::Text("Let me look. ".into()),
+            deskbell::testkit::Piece::ToolCall {
+                id: "call_fake_0".into(),
+                name: "lookup_order".into(),
+                arguments: r#"{"order_id": 42}"#.into(),
+            },
+        ]));
+        self.hook.push(hanging());
+        server.ask_in_background(token, json!({"message": "Where is order 42?"}));
+        self.wait_for_delivery("/lookup", 1).await;
+    }
+
     pub async fn db(&self) -> sqlx::AnyPool {
         sqlx::any::install_default_drivers();
         sqlx::AnyPool::connect(&self.database_url).await.unwrap()

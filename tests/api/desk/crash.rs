@@ -169,3 +169,39 @@ async fn killing_the_processes_of_a_visitors_channel_and_an_operators_session_lo
         .collect();
     assert_eq!(texts, ["four", "five"]);
 }
+
+/// A process killed while an auto call runs; a person takes the conversation
+/// before the process's work is recovered. The call is delivered again (its
+/// outcome is owed), but the recovered turn asks the model nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_recovered_after_a_crash_does_not_answer_when_a_person_holds_the_conversation() {
+    let s = crate::crash::harness::setup(on_postgres()).await;
+    let server = Server::start(&s.config, None).await;
+    let token = server.visitor().await;
+    s.lookup_left_running(&server, &token).await;
+    let db = s.db().await;
+    let conversation: String = sqlx::query_scalar("SELECT id FROM conversations")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    server.kill();
+    // An operator took the conversation meanwhile (through another replica).
+    sqlx::query("UPDATE conversations SET holder = 'operator:ada@example.test', holder_since = 1 WHERE id = $1")
+        .bind(&conversation)
+        .execute(&db)
+        .await
+        .unwrap();
+    let asked = s.llm.requests().len();
+    s.llm.push(Script::text("The model must not say this."));
+    let server = Server::start(&s.config, None).await;
+    let history = server.settled_history(&token, &conversation, 2).await;
+    s.wait_for_delivery("/lookup", 2).await;
+    let answer = &history["messages"][1];
+    assert_eq!(answer["text"], "Let me look. ", "{history}");
+    assert_eq!(
+        s.llm.requests().len(),
+        asked,
+        "the recovered turn asked the model"
+    );
+    assert_eq!(s.reserved().await, 0);
+}

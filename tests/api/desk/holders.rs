@@ -218,3 +218,45 @@ async fn a_visitor_cannot_reach_another_visitors_desk_and_tokens_do_not_cross() 
     .unwrap();
     assert_eq!(t.channel(&operator_token, &c, None).await.status, 401);
 }
+
+#[test]
+fn operator_add_takes_a_display_name_and_refuses_an_invisible_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("ops.db").display());
+    let add = |email: &str, name: &str| {
+        crate::support::deskbell_command()
+            .args(["operator", "add", email, "--name", name])
+            .env("DESKBELL_DATABASE_URL", &url)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = add("ada@example.test", "  Ada  ");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for bad in ["", "Ada\u{200b}", "Ada\nLovelace", &"a".repeat(61)] {
+        let out = add("eve@example.test", bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--name"));
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = deskbell::store::Store::connect(&url, Default::default())
+            .await
+            .unwrap();
+        let name = store.operators().name("ada@example.test").await.unwrap();
+        assert_eq!(name.as_deref(), Some("Ada"));
+        // A refused name created no account.
+        assert!(
+            store
+                .operators()
+                .get("eve@example.test")
+                .await
+                .unwrap()
+                .is_none()
+        );
+    });
+}

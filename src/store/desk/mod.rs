@@ -9,13 +9,18 @@
 //! row, so one conversation's events commit in the order of their numbers and a
 //! reader that has seen event n never later meets an event below n.
 
+mod wakers;
+
+pub(in crate::store) use wakers::Wakers;
+pub use wakers::Watch;
+
 use sqlx::Row;
 use tokio::sync::broadcast;
 
-use super::audit::insert as insert_audit;
-use super::{AuditRow, Backend, MessageRow, Store, Tx};
 use crate::clock::Millis;
+use crate::store::audit::insert as insert_audit;
 use crate::store::error::StoreResult;
+use crate::store::{AuditRow, Backend, MessageRow, Store, Tx};
 
 /// The PostgreSQL channel that carries "this conversation has a new event"
 /// between replicas (`desk::notify`): its payload is the conversation's id.
@@ -347,10 +352,20 @@ impl Desk<'_> {
         self.0.desk_events.subscribe()
     }
 
-    /// Wakes this process's readers of a conversation's events.
+    /// Wakes this process's readers of a conversation's events (`"*"`: all
+    /// of them), and its turns, which watch for changes of holder.
     pub fn wake(self, conversation: &str) {
-        // No reader is the usual case and not an error.
+        match conversation {
+            "*" => self.0.desk_wakers.wake_all(),
+            one => self.0.desk_wakers.wake(one),
+        }
+        // No turn listening is the usual case and not an error.
         let _ = self.0.desk_events.send(conversation.to_string());
+    }
+
+    /// A live channel's watch on its conversation (`wakers.rs`).
+    pub fn watch(self, conversation: &str) -> Watch {
+        self.0.desk_wakers.watch(conversation)
     }
 
     async fn append_in(
