@@ -152,8 +152,8 @@ text_enum!(
         Late = "late",
         Stale = "stale",
         ForeignConversation = "foreign_conversation",
-        /// An operator cancelled a card while a person held the conversation
-        /// (SPEC §19); the audit row names the operator.
+        /// An operator cancelled a pending card from the console (SPEC §19);
+        /// the audit row names the operator.
         Operator = "operator",
     }
 );

@@ -223,3 +223,12 @@ fn desk_hours_that_do_not_parse_are_named_with_their_site_and_reason() {
     let found = problems("[[site]]\nid = \"a\"\n[site.handoff]\nenabled = true\nhour = \"x\"\n");
     assert!(found[0].starts_with("site[0].handoff"), "{found:?}");
 }
+
+#[test]
+fn a_site_tool_may_not_take_the_desks_handoff_name() {
+    let found = problems(
+        "[[site]]\nid = \"a\"\n[site.handoff]\nenabled = true\n[[site.tool]]\nname = \"handoff\"\nlabel = \"H\"\npolicy = \"auto\"\nurl = \"http://x\"\n",
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("site[0].tool[0].name"), "{found:?}");
+}

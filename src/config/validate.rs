@@ -253,6 +253,14 @@ fn check_site(at: &str, site: &SiteConfig, secrets: &HashSet<&str>, out: &mut Ve
                 format!("{:?} is used by another tool of this site", tool.name),
             );
         }
+        // The desk's built-in tool has this name (SPEC §19).
+        if site.handoff.enabled && tool.name == "handoff" {
+            add(
+                out,
+                format!("{at}.name"),
+                "\"handoff\" is the desk's own tool on a site with [site.handoff] enabled".into(),
+            );
+        }
         for (key, reason) in check_tool(tool) {
             add(out, format!("{at}.{key}"), reason);
         }

@@ -74,64 +74,70 @@ pub async fn takeover(
         name: Some(name.clone()),
         offline: None,
     };
-    let (current, since) = app
-        .store
-        .desk()
-        .holder(&id)
-        .await?
-        .ok_or(ApiError::ConversationNotFound)?;
-    if current == me {
-        return Ok(Json(view(&me)));
-    }
     let force = request.force && operator.role == OperatorRole::Admin;
-    if matches!(current, Holder::Operator(_)) && !force {
-        return Err(ApiError::ConversationHeld);
-    }
-    let now = app.clock.now_ms();
-    let details = serde_json::json!({"from": "console", "previous": current.as_text()});
-    let audit = holder_audit(
-        AuditEvent::Handoff,
-        &id,
-        &site,
-        &visitor,
-        details,
-        Some(&operator.email),
-        now,
-    );
-    let event = serde_json::to_string(&holder_event(&me, Some(&name)))
-        .map_err(|e| ApiError::Internal(e.into()))?;
-    let event = NewEvent {
-        kind: "holder",
-        data: &event,
-    };
-    let changed = app
-        .store
-        .desk()
-        .change_holder(HolderChange {
-            conversation: &id,
-            from: &current,
-            to: &me,
-            now,
-            audit: &audit,
-            event,
-            note: None,
-        })
-        .await?;
-    match changed {
-        Changed::From(_) => {
-            app.live.publish(&site, &id, "taken_over");
-            if let (Holder::Queue, Some(since)) = (&current, since) {
-                crate::ops::metrics::queue_wait(&site, now - since);
-            }
-            crate::ops::metrics::handoff(&site, "console");
-            Ok(Json(view(&me)))
+    // A handoff or a release racing the takeover moves the holder between
+    // its read and the compare-and-set: read it again once and retry. Only
+    // another operator holding it refuses the takeover.
+    for _ in 0..2 {
+        let (current, since) = app
+            .store
+            .desk()
+            .holder(&id)
+            .await?
+            .ok_or(ApiError::ConversationNotFound)?;
+        if current == me {
+            return Ok(Json(view(&me)));
         }
-        // Another operator won the race (or it went back to the assistant,
-        // which a second press settles): the one who holds it keeps it.
-        Changed::Held(holder) if holder == me => Ok(Json(view(&me))),
-        Changed::Held(_) => Err(ApiError::ConversationHeld),
-        Changed::Missing => Err(ApiError::ConversationNotFound),
+        if matches!(current, Holder::Operator(_)) && !force {
+            return Err(ApiError::ConversationHeld);
+        }
+        let now = app.clock.now_ms();
+        let details = serde_json::json!({"from": "console", "previous": current.as_text()});
+        let audit = holder_audit(
+            AuditEvent::Handoff,
+            &id,
+            &site,
+            &visitor,
+            details,
+            Some(&operator.email),
+            now,
+        );
+        let event = serde_json::to_string(&holder_event(&me, Some(&name)))
+            .map_err(|e| ApiError::Internal(e.into()))?;
+        // History's step line: who the visitor is with from here on.
+        let note = event_line(&id, &format!("{name} joined the conversation"), now);
+        let changed = app
+            .store
+            .desk()
+            .change_holder(HolderChange {
+                conversation: &id,
+                from: &current,
+                to: &me,
+                now,
+                audit: &audit,
+                event: NewEvent {
+                    kind: "holder",
+                    data: &event,
+                },
+                note: Some(&note),
+            })
+            .await?;
+        match changed {
+            Changed::From(_) => {
+                app.live.publish(&site, &id, "taken_over");
+                if let (Holder::Queue, Some(since)) = (&current, since) {
+                    crate::ops::metrics::queue_wait(&site, now - since);
+                }
+                crate::ops::metrics::handoff(&site, "console");
+                return Ok(Json(view(&me)));
+            }
+            Changed::Held(holder) if holder == me => return Ok(Json(view(&me))),
+            Changed::Held(Holder::Operator(_)) if !force => return Err(ApiError::ConversationHeld),
+            Changed::Held(_) => continue,
+            Changed::Missing => return Err(ApiError::ConversationNotFound),
+        }
     }
+    Err(ApiError::ConversationHeld)
 }
 
 /// `POST /v1/operator/conversations/{id}/messages`: a reply from the operator
@@ -152,6 +158,17 @@ pub async fn reply(
     if text.is_empty() || text.contains('\0') {
         return Err(ApiError::InvalidRequest(
             "text must not be empty or contain NUL (\\u0000) characters".into(),
+        ));
+    }
+    // A visitor cannot see a direction override or a zero-width character,
+    // so an operator may not send one: what is read is what was written.
+    // Line breaks, tabs and the joiner inside emoji sequences stay.
+    if text
+        .chars()
+        .any(|c| !matches!(c, '\n' | '\r' | '\t' | '\u{200D}') && crate::tools::render::hidden(c))
+    {
+        return Err(ApiError::InvalidRequest(
+            "text must not contain invisible or direction-changing characters".into(),
         ));
     }
     if text.chars().count() > limit {
@@ -259,20 +276,7 @@ pub async fn release(
         Some(&operator.email),
         now,
     );
-    let note = MessageRow {
-        id: new_id("m"),
-        conversation: id.clone(),
-        turn: new_id("t"),
-        role: Role::Event,
-        text: RELEASED_LINE.into(),
-        status: MessageStatus::Sent,
-        citations: None,
-        created_at: now,
-        owner: None,
-        budget_day: None,
-        reserved: 0,
-        author: None,
-    };
+    let note = event_line(&id, RELEASED_LINE, now);
     let event = serde_json::to_string(&holder_event(&Holder::Assistant, None))
         .map_err(|e| ApiError::Internal(e.into()))?;
     let event = NewEvent {
@@ -304,5 +308,23 @@ pub async fn release(
         }
         Changed::Held(_) => Err(ApiError::NotHeld),
         Changed::Missing => Err(ApiError::ConversationNotFound),
+    }
+}
+
+/// A line of the conversation's own in history ("Ada joined the conversation").
+fn event_line(conversation: &str, text: &str, now: crate::clock::Millis) -> MessageRow {
+    MessageRow {
+        id: new_id("m"),
+        conversation: conversation.to_string(),
+        turn: new_id("t"),
+        role: Role::Event,
+        text: text.into(),
+        status: MessageStatus::Sent,
+        citations: None,
+        created_at: now,
+        owner: None,
+        budget_day: None,
+        reserved: 0,
+        author: None,
     }
 }

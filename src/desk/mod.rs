@@ -71,8 +71,9 @@ pub fn handoff_tool() -> std::sync::Arc<crate::llm::ToolSpec> {
         std::sync::Arc::new(crate::llm::ToolSpec {
             name: HANDOFF_TOOL.into(),
             description: "Hand the conversation to a person from the support team: when the visitor \
-                          asks for a person, or when you cannot help and a person could. Say briefly \
-                          that a person will take over; call it once."
+                          asks for a person, or when you cannot help and a person could. Call it once. \
+                          Do not promise the visitor a person: whether one is available now is told to \
+                          the visitor when you call it."
                 .into(),
             parameters: serde_json::json!({
                 "type": "object",

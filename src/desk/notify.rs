@@ -34,8 +34,11 @@ pub async fn listen_forever(app: App) {
     }
     let url = app.config.server.database_url();
     loop {
-        if let Err(e) = listen(&app, &url).await {
-            tracing::warn!(error = %e, "listening for desk events failed; listening again");
+        match listen(&app, &url).await {
+            Ok(()) => tracing::info!("the desk's listening connection dropped; listening again"),
+            Err(e) => {
+                tracing::warn!(error = %e, "listening for desk events failed; listening again")
+            }
         }
         tokio::time::sleep(RETRY).await;
     }
@@ -49,9 +52,9 @@ async fn listen(app: &App, url: &str) -> Result<(), sqlx::Error> {
     loop {
         match listener.try_recv().await? {
             Some(notification) => app.store.desk().wake(notification.payload()),
-            // The connection dropped; the next call reconnects, and what
-            // was missed meanwhile is read by every stream.
-            None => app.store.desk().wake("*"),
+            // The connection dropped: listen again on a new one, then wake
+            // every stream and turn to read what was missed meanwhile.
+            None => return Ok(()),
         }
     }
 }

@@ -88,13 +88,17 @@ pub async fn contact(
     let body: ContactBody =
         serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     let email = body.email.trim();
-    let plausible = (3..=320).contains(&email.len())
-        && email.split('@').count() == 2
-        && !email.starts_with('@')
-        && !email.ends_with('@')
-        && !email
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || crate::tools::render::hidden(c));
+    // A plain address only: it becomes a mailto: link in the console, where
+    // `?`, `&` or `=` could add recipients or a body.
+    let part = |p: &str, allowed: &str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || allowed.contains(c))
+    };
+    let plausible = email.len() <= 320
+        && email
+            .split_once('@')
+            .is_some_and(|(local, domain)| part(local, "._%+-") && part(domain, ".-"));
     if !plausible {
         return Err(ApiError::InvalidRequest(
             "email must be an email address".into(),

@@ -374,12 +374,16 @@
     if (!state.handoff || !convo || (listening && listening.convo === convo)) return;
     stopListening();
     var ctl = new AbortController(); ctl.convo = convo; listening = ctl;
+    var renew = false;
     for (var wait = 1000; listening === ctl; wait = Math.min(wait * 2, 30000)) {
       try {
-        var headers = { authorization: 'Bearer ' + await token() };
+        var headers = { authorization: 'Bearer ' + await token(renew) };
         if (state.seen) headers['last-event-id'] = String(state.seen);
         var r = await fetch(base + '/v1/conversations/' + encodeURIComponent(convo) + '/events', { headers: headers, signal: ctl.signal });
-        if (r.status === 404 || r.status === 401) return;
+        // A token the server no longer takes is renewed once, as every call does.
+        renew = r.status === 401 && !renew;
+        if (renew) continue;
+        if (r.status === 404 || r.status === 401) { if (listening === ctl) listening = null; return; }
         if (r.ok) { wait = 1000; await stream(r, { message: function (m) { typingOff(); operatorBubble(m); }, holder: showHolder, typing: typingOn }, function (id) { state.seen = Number(id); save(); }); }
       } catch (e) { if (ctl.signal.aborted) return; }
       await new Promise(function (ok) { setTimeout(ok, wait); });

@@ -59,6 +59,11 @@ impl Turn {
             if calls.is_empty() || round + 1 == MAX_ROUNDS {
                 return TurnStatus::Answered;
             }
+            // A person who took the conversation while the model wrote its
+            // calls: none of them runs, no card is shown.
+            if let Err(stop) = Box::pin(self.handed_off()).await {
+                return Box::pin(self.stopped(stop)).await;
+            }
             // The assistant asked for a person: the conversation waits for one
             // and the assistant says nothing more (SPEC §19).
             if let Some(reason) = self.handoff_asked(&calls) {
@@ -111,8 +116,33 @@ impl Turn {
         let mut text = String::new();
         let mut calls = Vec::new();
         let mut reported = false;
+        let deadline = self.deadline;
         let result = loop {
-            let event = match tokio::time::timeout_at(self.deadline, stream.next()).await {
+            // A person taking the conversation stops the answer at once, not
+            // at the model's next word (which may be far off).
+            let next = tokio::select! {
+                next = tokio::time::timeout_at(deadline, stream.next()) => next,
+                woken = self.desk.recv() => {
+                    let ours = match &woken {
+                        Ok(c) => *c == self.conversation || c == "*",
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
+                        // The store's sender lives as long as the app; were it
+                        // gone, listening again keeps this from spinning.
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                            self.desk = self.app.store.desk().subscribe();
+                            false
+                        }
+                    };
+                    if ours {
+                        self.holder_known = false;
+                        if let Err(stop) = self.handed_off().await {
+                            break Err(stop);
+                        }
+                    }
+                    continue;
+                }
+            };
+            let event = match next {
                 Ok(Some(event)) => event,
                 Ok(None) => break Ok(()),
                 Err(_) => break Err(Stop::Provider(ProviderError::TurnTimeout)),
@@ -208,10 +238,12 @@ impl Turn {
         if !woken || self.conversation.is_empty() {
             return Ok(());
         }
-        self.holder_known = true;
         match self.app.store.desk().holder(&self.conversation).await {
             Ok(Some((holder, _))) if holder.is_person() => Err(Stop::HandedOff(holder)),
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.holder_known = true;
+                Ok(())
+            }
             // The answer goes on; the next word asks again only if woken.
             Err(e) => {
                 tracing::warn!(error = %e, "the conversation's holder could not be read");

@@ -244,6 +244,19 @@ impl Desk<'_> {
     /// waits for one). `false`: the conversation is back with the assistant (or
     /// gone), and nothing was stored.
     pub async fn queue_visitor_message(self, message: &MessageRow) -> StoreResult<bool> {
+        let mut tx = self.0.writer().begin().await?;
+        // The conversation's row is locked first, as a release locks it: a
+        // release racing this message either commits before (and the message
+        // becomes a question) or waits for it (and the person got it).
+        let held = sqlx::query(
+            "UPDATE conversations SET event_seq = event_seq WHERE id = $1 AND holder <> 'assistant'",
+        )
+        .bind(&message.conversation)
+        .execute(&mut *tx)
+        .await?;
+        if held.rows_affected() == 0 {
+            return Ok(false);
+        }
         let stored = sqlx::query(
             "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved) \
              SELECT $1, $2, $3, $4, $5, $6, NULL, $7, NULL, NULL, 0 \
@@ -256,8 +269,9 @@ impl Desk<'_> {
         .bind(&message.text)
         .bind(message.status.as_str())
         .bind(message.created_at)
-        .execute(self.0.writer())
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(stored.rows_affected() == 1)
     }
 
@@ -270,7 +284,7 @@ impl Desk<'_> {
                AND m.created_at > COALESCE((SELECT MAX(o.created_at) FROM messages o \
                  WHERE o.conversation = c.id AND o.role = 'operator'), c.holder_since)) AS unread \
              FROM conversations c WHERE c.holder = 'queue' OR c.holder LIKE 'operator:%' \
-             ORDER BY c.holder_since, c.id LIMIT $1",
+             ORDER BY CASE WHEN c.holder = 'queue' THEN 0 ELSE 1 END, c.holder_since, c.id LIMIT $1",
         )
         .bind(limit)
         .fetch_all(self.0.pool())

@@ -140,6 +140,18 @@ async fn operator_text_is_bounded_and_refuses_nul_and_an_unknown_conversation_is
     assert_eq!((r.status, r.code()), (400, "invalid_request"));
     let r = ada.reply(&c, "   ").await;
     assert_eq!((r.status, r.code()), (400, "invalid_request"));
+    for hidden in [
+        "pay \u{202E}evil",
+        "zero\u{200B}width",
+        "soft\u{00AD}hyphen",
+    ] {
+        let r = ada.reply(&c, hidden).await;
+        assert_eq!((r.status, r.code()), (400, "invalid_request"), "{hidden:?}");
+    }
+    let r = ada
+        .reply(&c, "Line one\nline two 👨\u{200D}👩\u{200D}👧")
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.json);
     let r = ada.takeover("c_nope", json!({})).await;
     assert_eq!((r.status, r.code()), (404, "conversation_not_found"));
     let r = ada.takeover(&c, json!({"force": "yes"})).await;

@@ -97,6 +97,8 @@ async fn an_email_left_for_the_team_is_shown_in_the_console_and_never_to_the_mod
         "",
         "not-an-email",
         "a b@example.test",
+        "a@b.test?bcc=evil@x.test",
+        "a@",
         "@example.test",
         "x@y@z",
     ] {

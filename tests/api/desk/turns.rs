@@ -16,10 +16,11 @@ async fn a_turn_streaming_when_an_operator_takes_over_ends_at_once() {
     let (token, c) = conversation(&t).await;
     t.llm.push(Script::Stream(vec![
         Piece::Text("Part one, ".into()),
-        Piece::Pause(Duration::from_millis(1500)),
+        Piece::Pause(Duration::from_secs(20)),
         Piece::Text("part two.".into()),
     ]));
     let ada = named_console(&t, OperatorRole::Agent, "ada@example.test", "Ada").await;
+    let started = std::time::Instant::now();
     let asking = t.question(&token, Some(&c), "Tell me everything");
     let taking = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -37,7 +38,22 @@ async fn a_turn_streaming_when_an_operator_takes_over_ends_at_once() {
         &json!({"holder": "operator", "name": "Ada"})
     );
     assert_eq!(r.event("done")["status"], "answered");
+    // At once: not when the model's next word comes, twenty seconds on.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     let h = t.history(&token, &c).await;
+    assert!(
+        h.json["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "event" && m["text"] == "Ada joined the conversation"),
+        "{}",
+        h.json
+    );
     let messages = h.json["messages"].as_array().unwrap();
     let answer = messages
         .iter()
@@ -45,6 +61,37 @@ async fn a_turn_streaming_when_an_operator_takes_over_ends_at_once() {
         .find(|m| m["role"] == "assistant")
         .unwrap();
     assert_eq!(answer["text"], "Part one, ");
+}
+
+#[tokio::test]
+async fn calls_the_model_wrote_while_a_person_took_over_neither_run_nor_raise_a_card() {
+    let t = TestApp::with(with_handoff).await;
+    let (token, c) = conversation(&t).await;
+    t.llm.push(Script::Stream(vec![
+        Piece::Pause(Duration::from_millis(800)),
+        Piece::ToolCall {
+            id: "call_x".into(),
+            name: "cancel_order".into(),
+            arguments: r#"{"order_id": 42}"#.into(),
+        },
+    ]));
+    let ada = named_console(&t, OperatorRole::Agent, "ada@example.test", "Ada").await;
+    let asking = t.question(&token, Some(&c), "Cancel order 42");
+    let taking = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ada.takeover(&c, json!({})).await
+    };
+    let (r, taken) = tokio::join!(asking, taking);
+    assert_eq!(taken.status, 200);
+    assert!(
+        r.all("confirm").is_empty(),
+        "a card was raised after the takeover"
+    );
+    assert_eq!(r.event("holder")["holder"], "operator");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let h = t.history(&token, &c).await;
+    assert!(!h.json.to_string().contains("\"pending\""), "{}", h.json);
+    assert!(t.hook.calls().is_empty());
 }
 
 #[tokio::test]
