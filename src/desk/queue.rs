@@ -93,6 +93,16 @@ pub async fn cancel_card(
     match cancelled {
         Some(c) => {
             app.live.publish(&c.site, &c.conversation, "card_answered");
+            // The visitor's widget closes the card at once (`card` event).
+            let data = serde_json::json!({"call": c.id, "status": "cancelled"}).to_string();
+            let event = crate::store::desk::NewEvent {
+                kind: "card",
+                data: &data,
+            };
+            app.store
+                .desk()
+                .append(&c.conversation, event, app.clock.now_ms())
+                .await?;
             crate::ops::metrics::confirmation(&c.site, "cancelled");
             Ok(StatusCode::NO_CONTENT)
         }

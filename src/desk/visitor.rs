@@ -187,10 +187,10 @@ pub async fn queued(
     message: &str,
 ) -> Result<Option<Response>, ApiError> {
     let id = conversation.as_str();
-    let held = app.store.desk().holder(id).await?;
-    if !held.is_some_and(|(holder, _)| holder.is_person()) {
-        return Ok(None);
-    }
+    let holder = match app.store.desk().holder(id).await? {
+        Some((holder, _)) if holder.is_person() => holder,
+        _ => return Ok(None),
+    };
     let row = MessageRow {
         id: new_id("m"),
         conversation: id.to_string(),
@@ -211,10 +211,19 @@ pub async fn queued(
     }
     app.live
         .publish(&caller.site.config.id, id, "visitor_message");
+    // Still waiting, and nobody there any more (the hours ended, the last
+    // operator left): the visitor is told so, and may leave an email.
+    let offline = match holder {
+        Holder::Queue => super::availability::someone_there(app, &caller.site)
+            .await?
+            .err(),
+        _ => None,
+    };
     let ack = QueuedAck {
         queued: true,
         conversation: id.to_string(),
         message: row.id,
+        offline,
     };
     Ok(Some((StatusCode::ACCEPTED, Json(ack)).into_response()))
 }

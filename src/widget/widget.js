@@ -208,7 +208,12 @@
     try {
       var r = await call('POST', '/v1/ask', body);
       // A person holds the conversation: the message is theirs, no answer streams.
-      if (r.status === 202) { typing.remove(); return; }
+      if (r.status === 202) {
+        typing.remove();
+        var ack = await r.json().catch(function () { return {}; });
+        if (ack.offline && !log.querySelector('.offline')) offline(ack.offline);
+        return;
+      }
       if (!r.ok) {
         var j = await r.json().catch(function () { return {}; });
         var code = j.error && j.error.code;
@@ -260,7 +265,7 @@
     var confirm = h('button', { type: 'button', class: 'confirm', text: 'Confirm', 'aria-label': 'Confirm: ' + c.label });
     var el = h('div', { class: 'card', role: 'group', 'aria-label': 'Confirmation needed: ' + c.label, 'data-call': c.call }, [h('h3', { text: c.label }), list, left, h('div', { class: 'actions' }, [cancel, confirm])]);
     parent.appendChild(el); scroll();
-    var card = { el: el, conversation: conversation };
+    var card = { el: el, conversation: conversation, settle: function (status) { settle(status); } };
     var expires = Date.parse(c.expires_at);
     function settle(status) {
       clearInterval(card.timer);
@@ -366,6 +371,10 @@
     log.appendChild(typingEl); scroll();
     typingTimer = setTimeout(typingOff, 5000);
   }
+  // An operator cancelled a card: it closes here too, not only on its next click.
+  function closeCard(e) {
+    cards.filter(function (c) { return c.el.getAttribute('data-call') === e.call; }).forEach(function (c) { c.settle(e.status); });
+  }
   function stopListening() { if (listening) listening.abort(); listening = null; }
   // The live channel: operator replies and changes of holder, resumed after
   // the last event seen (Last-Event-ID), reconnecting after a drop.
@@ -384,7 +393,7 @@
         renew = r.status === 401 && !renew;
         if (renew) continue;
         if (r.status === 404 || r.status === 401) { if (listening === ctl) listening = null; return; }
-        if (r.ok) { wait = 1000; await stream(r, { message: function (m) { typingOff(); operatorBubble(m); }, holder: showHolder, typing: typingOn }, function (id) { state.seen = Number(id); save(); }); }
+        if (r.ok) { wait = 1000; await stream(r, { message: function (m) { typingOff(); operatorBubble(m); }, holder: showHolder, typing: typingOn, card: closeCard }, function (id) { state.seen = Number(id); save(); }); }
       } catch (e) { if (ctl.signal.aborted) return; }
       await new Promise(function (ok) { setTimeout(ok, wait); });
     }

@@ -71,6 +71,11 @@ pub struct QueuedAck {
     pub queued: bool,
     pub conversation: String,
     pub message: String,
+    /// Set while the conversation waits in the queue and nobody is there
+    /// (outside the hours, or no operator present): what the visitor is told,
+    /// so the wait promises nothing nobody will keep.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offline: Option<String>,
 }
 
 /// A change of holder, as the console's calls answer it.

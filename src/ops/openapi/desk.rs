@@ -20,7 +20,7 @@ fn handoff() {}
     params(("id" = String, Path, description = "A conversation id (c_…)."),
            ("Origin" = String, Header, description = "One of the site's origins."),
            ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (a number this stream sent).")),
-    responses((status = 200, description = "Server-sent events, each with a numbered `id`: `message` (an operator's reply, `DeskMessageEvent`) and `holder` (`HolderEvent`).", content_type = "text/event-stream", body = String),
+    responses((status = 200, description = "Server-sent events, each with a numbered `id`: `message` (an operator's reply, `DeskMessageEvent`), `holder` (`HolderEvent`), `typing` (`TypingEvent`) and `card` (`{call, status}`: a card an operator cancelled).", content_type = "text/event-stream", body = String),
               (status = 400, description = "invalid_request: a malformed Last-Event-ID.", body = ErrorBody),
               (status = 401, description = "invalid_visitor_token.", body = ErrorBody),
               (status = 403, description = "origin_not_allowed.", body = ErrorBody),

@@ -127,6 +127,11 @@ async fn an_operator_may_cancel_a_pending_card_audited_as_theirs_but_never_confi
     let path = format!("/v1/operator/conversations/{c}/calls/{call}/cancel");
     let r = ada.send(Method::POST, &path, json!({})).await;
     assert_eq!(r.status, 204, "{:?}", r.json);
+    // The visitor's widget hears of it at once.
+    let mut live = t.channel(&token, &c, Some("1")).await;
+    let closed = live.take(1, std::time::Duration::from_secs(5)).await;
+    assert_eq!(closed[0].name, "card");
+    assert_eq!(closed[0].data, json!({"call": call, "status": "cancelled"}));
     let r = ada.send(Method::POST, &path, json!({})).await;
     assert_eq!((r.status, r.code()), (409, "call_not_pending"));
     assert!(t.hook.calls().is_empty(), "the cancelled call ran");

@@ -54,6 +54,18 @@ async fn at_one_minute_past_closing_on_the_day_summer_time_starts_the_visitor_is
         "{:?}",
         r.json
     );
+    let r = t.question(&token, Some(&c), "Still there?").await;
+    assert_eq!(r.status, 202);
+    assert!(r.json.get("offline").is_none(), "{:?}", r.json);
+    // Three minutes on the desk has closed: a visitor still waiting is told so.
+    t.clock.advance_ms(3 * 60 * 1000);
+    let r = t.question(&token, Some(&c), "Hello?").await;
+    assert_eq!(r.status, 202);
+    assert_eq!(
+        r.json["offline"], "We are back at 9 tomorrow.",
+        "{:?}",
+        r.json
+    );
 }
 
 #[tokio::test]
