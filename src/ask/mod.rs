@@ -62,23 +62,29 @@ async fn ask(
             if message.chars().count() > limit {
                 return Err(ApiError::MessageTooLong(limit));
             }
+            // The turn listens for changes of holder from before the read
+            // that finds who holds the conversation.
+            let desk = app.store.desk().subscribe();
             let conversation = match conversation {
                 None => None,
                 Some(id) => match ConversationId::parse(&id) {
-                    Some(id) if Box::pin(guard::owns(&app, &caller, &id)).await? => Some(id),
-                    _ => return Err(ApiError::ConversationNotFound),
+                    Some(id) => match Box::pin(guard::held_by(&app, &caller, &id)).await? {
+                        Some(holder) => Some((id, holder)),
+                        None => return Err(ApiError::ConversationNotFound),
+                    },
+                    None => return Err(ApiError::ConversationNotFound),
                 },
             };
             // While a person holds the conversation the message is theirs to
-            // answer: stored and acknowledged, never sent to the model. The
-            // turn listens for changes of holder from before this read.
-            let desk = app.store.desk().subscribe();
-            if let Some(id) = &conversation
+            // answer: stored and acknowledged, never sent to the model.
+            if let Some((id, holder)) = &conversation
+                && holder.is_person()
                 && let Some(queued) =
-                    Box::pin(crate::desk::queued(&app, &caller, id, &message)).await?
+                    Box::pin(crate::desk::queued(&app, &caller, id, holder, &message)).await?
             {
                 return Ok(queued);
             }
+            let conversation = conversation.map(|(id, _)| id);
             let admission = Box::pin(guard::admit_question(&app, &caller)).await?;
             let span = tracing::info_span!(
                 "turn",

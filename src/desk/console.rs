@@ -205,7 +205,6 @@ pub async fn reply(
         .reply(
             &me,
             &row,
-            &name,
             NewEvent {
                 kind: "message",
                 data: &data,

@@ -184,13 +184,10 @@ pub async fn queued(
     app: &App,
     caller: &Caller,
     conversation: &ConversationId,
+    holder: &Holder,
     message: &str,
 ) -> Result<Option<Response>, ApiError> {
     let id = conversation.as_str();
-    let holder = match app.store.desk().holder(id).await? {
-        Some((holder, _)) if holder.is_person() => holder,
-        _ => return Ok(None),
-    };
     let row = MessageRow {
         id: new_id("m"),
         conversation: id.to_string(),
@@ -213,7 +210,7 @@ pub async fn queued(
         .publish(&caller.site.config.id, id, "visitor_message");
     // Still waiting, and nobody there any more (the hours ended, the last
     // operator left): the visitor is told so, and may leave an email.
-    let offline = match holder {
+    let offline = match *holder {
         Holder::Queue => super::availability::someone_there(app, &caller.site)
             .await?
             .err(),

@@ -289,11 +289,22 @@ pub async fn owns(
     caller: &Caller,
     conversation: &crate::ids::ConversationId,
 ) -> Result<bool, ApiError> {
+    Ok(held_by(app, caller, conversation).await?.is_some())
+}
+
+/// Who holds `conversation` if it is one of the caller's, `None` if not (as
+/// `owns`): a question learns both in the one read it makes anyway.
+pub async fn held_by(
+    app: &App,
+    caller: &Caller,
+    conversation: &crate::ids::ConversationId,
+) -> Result<Option<crate::store::desk::Holder>, ApiError> {
     let owner = app
         .store
         .conversations()
         .owner(conversation.as_str())
         .await?;
     Ok(owner
-        .is_some_and(|(site, visitor)| site == caller.site.config.id && visitor == caller.visitor))
+        .filter(|(site, visitor, _)| *site == caller.site.config.id && *visitor == caller.visitor)
+        .map(|(_, _, holder)| crate::store::desk::Holder::parse(&holder)))
 }

@@ -55,9 +55,9 @@ where
 {
     let values: Vec<String> = (0..messages.len())
         .map(|i| {
-            let n = i * 11;
+            let n = i * 12;
             format!(
-                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
                 n + 1,
                 n + 2,
                 n + 3,
@@ -68,12 +68,13 @@ where
                 n + 8,
                 n + 9,
                 n + 10,
-                n + 11
+                n + 11,
+                n + 12
             )
         })
         .collect();
     let text = format!(
-        "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved) VALUES {}",
+        "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved, author) VALUES {}",
         values.join(", ")
     );
     // A batch's statement has as many rows as the batch has messages: kept out of
@@ -91,7 +92,8 @@ where
             .bind(m.created_at)
             .bind(&m.owner)
             .bind(&m.budget_day)
-            .bind(m.reserved);
+            .bind(m.reserved)
+            .bind(&m.author);
     }
     query.execute(executor).await?;
     Ok(())
@@ -126,13 +128,19 @@ impl Store {
 
 impl Conversations<'_> {
     /// The site and visitor a conversation belongs to.
-    pub async fn owner(self, id: &str) -> StoreResult<Option<(String, String)>> {
-        let row = sqlx::query("SELECT site, visitor FROM conversations WHERE id = $1")
+    /// A conversation's site, visitor and holder (as stored: `store::desk`'s
+    /// `Holder::parse` reads it), in the one read every visitor call makes.
+    pub async fn owner(self, id: &str) -> StoreResult<Option<(String, String, String)>> {
+        let row = sqlx::query("SELECT site, visitor, holder FROM conversations WHERE id = $1")
             .bind(id)
             .fetch_optional(self.0.pool())
             .await?;
         Ok(match row {
-            Some(row) => Some((row.try_get("site")?, row.try_get("visitor")?)),
+            Some(row) => Some((
+                row.try_get("site")?,
+                row.try_get("visitor")?,
+                row.try_get("holder")?,
+            )),
             None => None,
         })
     }

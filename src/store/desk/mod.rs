@@ -21,6 +21,7 @@ use tokio::sync::broadcast;
 
 use crate::clock::Millis;
 use crate::store::audit::insert as insert_audit;
+use crate::store::conversations::insert_message;
 use crate::store::error::StoreResult;
 use crate::store::{AuditRow, Backend, MessageRow, Store, Tx};
 
@@ -167,7 +168,7 @@ impl Desk<'_> {
         }
         insert_audit(&mut *tx, audit).await?;
         if let Some(note) = note {
-            insert_authored(&mut tx, note, None).await?;
+            insert_message(&mut *tx, note).await?;
         }
         self.append_in(&mut tx, conversation, event, now).await?;
         tx.commit().await?;
@@ -181,7 +182,6 @@ impl Desk<'_> {
         self,
         holder: &Holder,
         message: &MessageRow,
-        author: &str,
         event: NewEvent<'_>,
     ) -> StoreResult<bool> {
         let mut tx = self.0.writer().begin().await?;
@@ -197,7 +197,7 @@ impl Desk<'_> {
         if still.is_none() {
             return Ok(false);
         }
-        insert_authored(&mut tx, message, Some(author)).await?;
+        insert_message(&mut *tx, message).await?;
         tx.commit().await?;
         self.committed(&message.conversation);
         Ok(true)
@@ -261,22 +261,9 @@ impl Desk<'_> {
         if held.rows_affected() == 0 {
             return Ok(false);
         }
-        let stored = sqlx::query(
-            "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved) \
-             SELECT $1, $2, $3, $4, $5, $6, NULL, $7, NULL, NULL, 0 \
-             WHERE EXISTS (SELECT 1 FROM conversations WHERE id = $2 AND holder <> 'assistant')",
-        )
-        .bind(&message.id)
-        .bind(&message.conversation)
-        .bind(&message.turn)
-        .bind(message.role.as_str())
-        .bind(&message.text)
-        .bind(message.status.as_str())
-        .bind(message.created_at)
-        .execute(&mut *tx)
-        .await?;
+        insert_message(&mut *tx, message).await?;
         tx.commit().await?;
-        Ok(stored.rows_affected() == 1)
+        Ok(true)
     }
 
     /// Up to `limit` of the conversation's events after number `after`, in order.
@@ -367,27 +354,4 @@ impl Desk<'_> {
     fn committed(self, conversation: &str) {
         self.wake(conversation);
     }
-}
-
-/// Inserts a message with its author (an operator's display name) or none.
-async fn insert_authored(
-    tx: &mut Tx<'_>,
-    m: &MessageRow,
-    author: Option<&str>,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved, author) \
-         VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, NULL, NULL, 0, $8)",
-    )
-    .bind(&m.id)
-    .bind(&m.conversation)
-    .bind(&m.turn)
-    .bind(m.role.as_str())
-    .bind(&m.text)
-    .bind(m.status.as_str())
-    .bind(m.created_at)
-    .bind(author)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }

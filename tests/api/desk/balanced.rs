@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::crash::{operator_post, sign_in};
+use super::crash::{ada_at, operator_post};
 use crate::replicas::cluster::Cluster;
 use crate::support::{Channel, ask_path_post};
 use deskbell::testkit::Reply as Script;
@@ -15,25 +15,8 @@ use deskbell::testkit::Reply as Script;
 #[tokio::test]
 async fn the_desk_flow_works_across_replicas_behind_a_balancer() {
     let c = Cluster::start(2, None, "[site.handoff]\nenabled = true\n", &[]).await;
-    let store = deskbell::store::Store::connect(&c.setup.database_url, Default::default())
-        .await
-        .unwrap();
-    deskbell::operator::accounts::add_operator(
-        &store,
-        "ada@example.test",
-        deskbell::states::OperatorRole::Agent,
-        crate::support::PASSWORD,
-        chrono::Utc::now().timestamp_millis(),
-    )
-    .await
-    .unwrap();
-    store
-        .operators()
-        .set_name("ada@example.test", "Ada")
-        .await
-        .unwrap();
     let operator_base = c.replica(1).base.clone();
-    let session = sign_in(&operator_base, "ada@example.test").await;
+    let session = ada_at(&c.setup.database_url, &operator_base).await;
 
     let token = c.visitor().await;
     c.setup.llm.push(Script::text("Hello!"));

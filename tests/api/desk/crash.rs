@@ -12,8 +12,31 @@ use crate::crash::harness::{Server, on_postgres, setup_with};
 use crate::support::{Channel, session_cookie};
 use deskbell::testkit::Reply as Script;
 
+/// Ada, an agent named "Ada" in the database at `database_url`, signed in to
+/// the console of the server at `base`: her cookie and CSRF token.
+pub(super) async fn ada_at(database_url: &str, base: &str) -> (String, String) {
+    let store = deskbell::store::Store::connect(database_url, Default::default())
+        .await
+        .unwrap();
+    deskbell::operator::accounts::add_operator(
+        &store,
+        "ada@example.test",
+        deskbell::states::OperatorRole::Agent,
+        crate::support::PASSWORD,
+        chrono::Utc::now().timestamp_millis(),
+    )
+    .await
+    .unwrap();
+    store
+        .operators()
+        .set_name("ada@example.test", "Ada")
+        .await
+        .unwrap();
+    sign_in(base, "ada@example.test").await
+}
+
 /// A signed-in console on `base`: its cookie and CSRF token.
-pub(super) async fn sign_in(base: &str, email: &str) -> (String, String) {
+async fn sign_in(base: &str, email: &str) -> (String, String) {
     let r = reqwest::Client::new()
         .post(format!("{base}/v1/operator/session"))
         .json(&json!({"email": email, "password": crate::support::PASSWORD}))
@@ -51,24 +74,7 @@ async fn killing_the_processes_of_a_visitors_channel_and_an_operators_session_lo
     let s = setup_with(on_postgres(), "", "[site.handoff]\nenabled = true\n").await;
     let a = Server::start(&s.replica_config(1), None).await;
     let b = Server::start(&s.replica_config(2), None).await;
-    let store = deskbell::store::Store::connect(&s.database_url, Default::default())
-        .await
-        .unwrap();
-    deskbell::operator::accounts::add_operator(
-        &store,
-        "ada@example.test",
-        deskbell::states::OperatorRole::Agent,
-        crate::support::PASSWORD,
-        chrono::Utc::now().timestamp_millis(),
-    )
-    .await
-    .unwrap();
-    store
-        .operators()
-        .set_name("ada@example.test", "Ada")
-        .await
-        .unwrap();
-    let session = sign_in(&b.base, "ada@example.test").await;
+    let session = ada_at(&s.database_url, &b.base).await;
 
     let token = a.visitor().await;
     s.llm.push(Script::text("Hello!"));

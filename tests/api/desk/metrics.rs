@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::crash::{operator_post, sign_in};
+use super::crash::{ada_at, operator_post};
 use crate::crash::harness::{Server, setup_with};
 use crate::metrics::Prometheus;
 use crate::support::{ask_path_post, free_port};
@@ -22,19 +22,7 @@ async fn prometheus_scrapes_the_desks_handoffs_queue_wait_and_presence() {
     .await;
     let server = Server::start(&s.config, None).await;
     let prometheus = Prometheus::start(&metrics);
-    let store = deskbell::store::Store::connect(&s.database_url, Default::default())
-        .await
-        .unwrap();
-    deskbell::operator::accounts::add_operator(
-        &store,
-        "ada@example.test",
-        deskbell::states::OperatorRole::Agent,
-        crate::support::PASSWORD,
-        chrono::Utc::now().timestamp_millis(),
-    )
-    .await
-    .unwrap();
-    let session = sign_in(&server.base, "ada@example.test").await;
+    let session = ada_at(&s.database_url, &server.base).await;
 
     // The visitor asks for a person; the assistant hands another conversation over.
     let token = server.visitor().await;
