@@ -62,6 +62,10 @@ pub enum ApiError {
     NotHeld,
     #[error("this site does not hand conversations to people")]
     HandoffDisabled,
+    /// A visitor's edits to a card break its tool's schema or editable list
+    /// (SPEC §20); the message says what is wrong.
+    #[error("{0}")]
+    InvalidEdit(String),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -81,6 +85,7 @@ impl ApiError {
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ConfirmationExpired => StatusCode::GONE,
             MessageTooLong(_) | BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            InvalidEdit(_) => StatusCode::UNPROCESSABLE_ENTITY,
             RateLimited(_) | TooManyStreams(_) | DailyBudgetExhausted(_) => {
                 StatusCode::TOO_MANY_REQUESTS
             }
@@ -117,6 +122,7 @@ impl ApiError {
             ConversationHeld => "conversation_held",
             NotHeld => "not_held",
             HandoffDisabled => "handoff_disabled",
+            InvalidEdit(_) => "invalid_edit",
             Internal(_) => "internal_error",
         }
     }

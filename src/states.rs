@@ -82,6 +82,18 @@ text_enum!(
     }
 );
 
+impl Policy {
+    /// True when a call needs somebody's yes before it runs.
+    pub fn is_gated(self) -> bool {
+        matches!(self, Policy::Confirm)
+    }
+
+    /// True when the visitor is shown a card to confirm.
+    pub fn asks_visitor(self) -> bool {
+        matches!(self, Policy::Confirm)
+    }
+}
+
 text_enum!(
     /// Whether a call ran on its own or needed the visitor's confirmation.
     CallKind ("call kind") {
@@ -155,6 +167,8 @@ text_enum!(
         /// An operator cancelled a pending card from the console (SPEC §19);
         /// the audit row names the operator.
         Operator = "operator",
+        /// The tool's quota for the visitor or site is spent (SPEC §20).
+        Quota = "quota",
     }
 );
 

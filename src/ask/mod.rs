@@ -102,6 +102,7 @@ async fn ask(
             call,
             decision,
             signature,
+            edits,
         } => {
             let verified = Box::pin(confirm::verify_answer(
                 &app,
@@ -111,6 +112,12 @@ async fn ask(
                 &signature,
             ))
             .await?;
+            // Edits never run: the server signs a new card for them (SPEC §20).
+            if let Some(edits) = edits.filter(|e| !e.is_empty())
+                && let Some(card) = Box::pin(confirm::edit::resign(&app, &verified, &edits)).await?
+            {
+                return edited(&verified.call, &card);
+            }
             let admission = Box::pin(guard::admit_turn(&app, &caller)).await?;
             let span = tracing::info_span!(
                 "turn",
@@ -132,4 +139,32 @@ async fn ask(
             "the turn ended before its stream started"
         ))),
     }
+}
+
+/// The answer to an edit: the old card closed, the new card, and the end of a
+/// turn that waits for its confirmation — as a short event stream, so a client
+/// reads it as it reads any answer.
+fn edited(old: &crate::store::CallRow, card: &crate::store::CallRow) -> Result<Response, ApiError> {
+    use crate::wire::{StreamEvent, TurnStatus, Usage};
+    let events = [
+        StreamEvent::Decision {
+            call: old.id.clone(),
+            status: crate::states::CallStatus::Cancelled,
+        },
+        confirm::card::event(card)?,
+        StreamEvent::Done {
+            status: TurnStatus::AwaitingConfirmation,
+            usage: Usage::ZERO,
+        },
+    ];
+    let mut items = Vec::with_capacity(events.len());
+    for event in events {
+        let data = serde_json::to_string(&event).map_err(anyhow::Error::from)?;
+        items.push(Ok::<_, std::convert::Infallible>(
+            axum::response::sse::Event::default()
+                .event(event.name())
+                .data(data),
+        ));
+    }
+    Ok(Sse::new(futures_util::stream::iter(items)).into_response())
 }

@@ -31,6 +31,10 @@ pub struct ExportRow<'a> {
     pub http_status: Option<i64>,
     pub duration_ms: Option<i64>,
     pub operator: Option<&'a str>,
+    /// On a `requested` row whose gate a `confirm_when` decided (SPEC §20):
+    /// `{"confirm_when": "<rule>", "result": true|false|"error: …"}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<serde_json::Value>,
 }
 
 impl<'a> From<&'a AuditRow> for ExportRow<'a> {
@@ -49,6 +53,7 @@ impl<'a> From<&'a AuditRow> for ExportRow<'a> {
             http_status: r.http_status,
             duration_ms: r.duration_ms,
             operator: r.operator.as_deref(),
+            rule: r.rule.as_deref().and_then(|t| serde_json::from_str(t).ok()),
         }
     }
 }
@@ -59,7 +64,7 @@ fn present(text: &str) -> Option<&str> {
     (!text.is_empty()).then_some(text)
 }
 
-pub const CSV_HEADER: &str = "at,event,reason,call,site,conversation,visitor,tool,policy,arguments,http_status,duration_ms,operator";
+pub const CSV_HEADER: &str = "at,event,reason,call,site,conversation,visitor,tool,policy,arguments,http_status,duration_ms,operator,rule";
 
 pub async fn export(
     store: &Store,
@@ -114,6 +119,7 @@ pub fn write_row(row: &AuditRow, format: Format, out: &mut impl Write) -> anyhow
                     r.http_status.map(|s| s.to_string()).unwrap_or_default(),
                     r.duration_ms.map(|s| s.to_string()).unwrap_or_default(),
                     r.operator.unwrap_or_default().to_string(),
+                    row.rule.clone().unwrap_or_default(),
                 ];
                 let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
                 writeln!(out, "{}", line.join(","))?;

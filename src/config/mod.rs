@@ -5,13 +5,14 @@
 //! semantic problem so that `deskbell check` can report them all at once.
 
 pub mod env;
+pub mod gates;
 mod hours;
 mod tools;
 mod validate;
 
 pub use env::Env;
 pub use hours::Hours;
-pub use tools::{McpConfig, McpToolConfig, ToolConfig};
+pub use tools::{McpConfig, McpToolConfig, Quota, QuotaPer, QuotaWindow, ToolConfig};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -232,3 +232,62 @@ fn a_site_tool_may_not_take_the_desks_handoff_name() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].starts_with("site[0].tool[0].name"), "{found:?}");
 }
+
+#[test]
+fn a_tools_gates_are_checked_at_load_naming_site_tool_and_position() {
+    let text = r#"
+[llm]
+base_url = "http://127.0.0.1:1/v1"
+model = "m"
+
+[[site]]
+id = "acme"
+origins = ["https://acme.example"]
+
+[[site.tool]]
+name = "refund"
+label = "Refund"
+policy = "confirm"
+url = "http://127.0.0.1:9/refund"
+confirm_when = "args.amount >"
+editable = ["amount", "nope", "items"]
+quota = { per = "visitor", window = "month", max = 0 }
+input_schema = { type = "object", properties = { amount = { type = "number" }, items = { type = "array" } } }
+
+[[site.tool]]
+name = "lookup"
+label = "Look up"
+policy = "auto"
+url = "http://127.0.0.1:9/lookup"
+confirm_when = "true"
+"#;
+    let found = problems(text);
+    let has = |prefix: &str| found.iter().any(|p| p.starts_with(prefix));
+    assert!(
+        has("site[0].tool[0].confirm_when: does not compile at line 1, column 14"),
+        "{found:?}"
+    );
+    assert!(
+        has("site[0].tool[0].editable: \"nope\" is not a property"),
+        "{found:?}"
+    );
+    assert!(
+        has("site[0].tool[0].editable: \"items\" must have type"),
+        "{found:?}"
+    );
+    assert!(
+        has("site[0].tool[0].quota.max: must be from 1"),
+        "{found:?}"
+    );
+    assert!(
+        has("site[0].tool[1].confirm_when: decides when"),
+        "{found:?}"
+    );
+    assert_eq!(found.len(), 5, "{found:?}");
+    let bad_quota = text.replace("window = \"month\"", "window = \"week\"");
+    assert!(
+        problems(&bad_quota).iter().any(|p| p.contains("week")),
+        "{:?}",
+        problems(&bad_quota)
+    );
+}

@@ -21,8 +21,39 @@ pub struct ToolConfig {
     pub secret_env: Option<String>,
     #[serde(default = "empty_object_schema")]
     pub input_schema: serde_json::Value,
+    /// A CEL expression on the arguments (`args`): the call goes through its
+    /// policy's gate when it is true, and runs on its own otherwise (SPEC §20).
+    pub confirm_when: Option<String>,
+    /// Top-level arguments the visitor may change on the card (SPEC §20).
+    #[serde(default)]
+    pub editable: Vec<String>,
+    /// How often the tool may run per visitor or site, per UTC day or month.
+    pub quota: Option<Quota>,
     #[serde(skip)]
     pub secret: Option<Secret>,
+}
+
+/// `quota = { per = "visitor", window = "month", max = 3 }` (SPEC §20).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    pub per: QuotaPer,
+    pub window: QuotaWindow,
+    pub max: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuotaPer {
+    Visitor,
+    Site,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuotaWindow {
+    Day,
+    Month,
 }
 
 /// `[[site.mcp]]`: an MCP server started as a child process (`command`) or reached

@@ -372,6 +372,7 @@ fn check_tool(tool: &ToolConfig) -> Vec<(&'static str, String)> {
     if let Err(reason) = crate::tools::schema::check_schema(&tool.input_schema) {
         out.push(("input_schema", reason));
     }
+    out.extend(super::gates::check_gates(tool));
     out
 }
 

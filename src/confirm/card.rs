@@ -2,27 +2,29 @@
 //! canonical arguments, the argument lines the visitor reads (rendered from those
 //! very arguments), its tool's configuration digest, its expiry, the model
 //! transcript to resume from, and a signature over all of it; then the card event
-//! is what the visitor is shown.
+//! is what the visitor is shown. A tool with a quota counts the card's use in
+//! the same transaction, or refuses it before any card is shown (SPEC §20).
 
 use crate::app::App;
 use crate::clock::rfc3339;
 use crate::llm::ChatMessage;
 use crate::states::AuditEvent;
-use crate::store::stored::{encode_lines, encode_transcript};
+use crate::store::stored::{decode_lines, encode_lines, encode_transcript};
 use crate::store::{AuditRow, CallRow};
 use crate::tools::arguments::Arguments;
-use crate::tools::{Tool, render};
-use crate::wire::StreamEvent;
+use crate::tools::{Tool, editable, render};
+use crate::wire::{EditableField, QuotaNote, StreamEvent};
 
 /// Stores `row` (a new call of `tool`, status pending, with its canonical
-/// arguments) as a card and returns the `confirm` event that shows it.
+/// arguments) as a card and returns the `confirm` event that shows it; `None`
+/// when the tool's quota is spent (nothing was stored).
 pub async fn raise(
     app: &App,
     mut row: CallRow,
     tool: &Tool,
     arguments: &Arguments,
     transcript: &[ChatMessage],
-) -> anyhow::Result<StreamEvent> {
+) -> anyhow::Result<Option<StreamEvent>> {
     let lines = render::render(&tool.schema, &arguments.value);
     let now = app.clock.now_ms();
     let expires_at = now + app.config.approval_ttl.as_millis() as i64;
@@ -31,18 +33,68 @@ pub async fn raise(
     row.expires_at = Some(expires_at);
     // The system prompt is rebuilt for the continuation, so it is not stored.
     row.context = Some(encode_transcript(transcript));
+    let fields = editable::fields(tool, &arguments.value);
+    if !fields.is_empty() {
+        row.editable = Some(serde_json::to_string(&fields)?);
+    }
     let signature = super::sign::sign(&app.keys.confirmations, &row);
-    row.signature = Some(signature.clone());
-    let requested = AuditRow::for_call(&row, AuditEvent::Requested, None, now);
-    app.store.calls().insert(&row, &[requested]).await?;
+    row.signature = Some(signature);
+    let Some(row) = store(app, row, tool, now).await? else {
+        return Ok(None);
+    };
     app.live
         .publish(&row.site, &row.conversation, "card_raised");
+    Ok(Some(event(&row)?))
+}
+
+/// Stores a signed card with its `requested` row, counting its quota use when
+/// its tool has a quota: `None` when that quota is spent.
+pub async fn store(
+    app: &App,
+    mut row: CallRow,
+    tool: &Tool,
+    now: i64,
+) -> anyhow::Result<Option<CallRow>> {
+    let requested = AuditRow::for_call(&row, AuditEvent::Requested, None, now);
+    let Some(quota) = &tool.quota else {
+        app.store.calls().insert(&row, &[requested]).await?;
+        return Ok(Some(row));
+    };
+    if row.quota.is_none() {
+        row.quota = Some(super::quota::use_of(quota, &row.visitor, now));
+    }
+    let window = super::quota::window_name(quota.window);
+    Ok(app
+        .store
+        .calls()
+        .insert_counted(&row, &[requested], quota.max, window)
+        .await?)
+}
+
+/// The `confirm` event of a stored card.
+pub fn event(row: &CallRow) -> anyhow::Result<StreamEvent> {
     Ok(StreamEvent::Confirm {
         call: row.id.clone(),
-        tool: tool.name.clone(),
-        label: tool.label.clone(),
-        arguments: lines,
-        expires_at: rfc3339(expires_at),
-        signature,
+        tool: row.tool.clone(),
+        label: row.label.clone(),
+        arguments: decode_lines(row.lines.as_deref().unwrap_or("[]"))?,
+        expires_at: rfc3339(row.expires_at.unwrap_or_default()),
+        signature: row.signature.clone().unwrap_or_default(),
+        editable: editable_of(row),
+        quota: quota_of(row),
     })
+}
+
+/// The editable fields a card was shown with.
+pub fn editable_of(row: &CallRow) -> Vec<EditableField> {
+    row.editable
+        .as_deref()
+        .and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or_default()
+}
+
+/// What a card showed of its tool's quota.
+pub fn quota_of(row: &CallRow) -> Option<QuotaNote> {
+    let note = row.quota.as_ref()?.note.as_deref()?;
+    serde_json::from_str(note).ok()
 }

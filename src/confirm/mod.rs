@@ -25,7 +25,9 @@
 
 pub mod card;
 pub mod decide;
+pub mod edit;
 pub mod expiry;
+pub mod quota;
 pub mod recover;
 pub mod run;
 pub mod sign;

@@ -104,6 +104,11 @@ fn step(call: &CallRow) -> StepView {
             .clone()
             .filter(|_| call.status == CallStatus::Pending && readable),
         decided_at: confirmation.then(|| call.decided_at.map(rfc3339)),
+        editable: match call.status == CallStatus::Pending && readable {
+            true => crate::confirm::card::editable_of(call),
+            false => Vec::new(),
+        },
+        quota: crate::confirm::card::quota_of(call),
     }
 }
 
@@ -128,5 +133,7 @@ fn run_step(call: &CallRow, status: CallStatus) -> StepView {
         expires_at: None,
         signature: None,
         decided_at: None,
+        editable: Vec::new(),
+        quota: None,
     }
 }

@@ -115,6 +115,7 @@ fn holder_audit(
         http_status: None,
         duration_ms: None,
         operator: operator.map(str::to_string),
+        rule: None,
     }
 }
 

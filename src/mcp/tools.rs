@@ -75,6 +75,11 @@ fn tool_config(server: &Arc<Server>, t: &Listed, name: String) -> ToolConfig {
         timeout_s: config.timeout_s,
         secret_env: None,
         input_schema: t.schema.clone(),
+        // An MCP tool's gates are its policy's (SPEC §17); the rules, edits and
+        // quotas of §20 are for the site's own tools.
+        confirm_when: None,
+        editable: Vec::new(),
+        quota: None,
         secret: None,
     }
 }

@@ -126,6 +126,7 @@ pub async fn change(
         http_status: None,
         duration_ms: None,
         operator: Some(operator.email.clone()),
+        rule: None,
     };
     let stale = app.store.tools().change(&edit, audit).await?;
     for call in &stale {

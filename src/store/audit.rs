@@ -28,6 +28,8 @@ pub struct AuditRow {
     pub duration_ms: Option<i64>,
     /// The operator behind a `tool_changed` row; `None` on call rows.
     pub operator: Option<String>,
+    /// On a `requested` row: the `confirm_when` that decided the call's gate.
+    pub rule: Option<String>,
 }
 
 /// Inserts one audit row with any executor, so it can join a transaction.
@@ -36,8 +38,8 @@ where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     sqlx::query(
-        "INSERT INTO audit (id, at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms, operator) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+        "INSERT INTO audit (id, at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms, operator, rule) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     )
     .bind(new_id("a"))
     .bind(row.at)
@@ -53,6 +55,7 @@ where
     .bind(row.http_status)
     .bind(row.duration_ms)
     .bind(&row.operator)
+    .bind(&row.rule)
     .execute(executor)
     .await?;
     Ok(())
@@ -73,10 +76,11 @@ pub(super) fn audit_row(row: &AnyRow) -> Result<AuditRow, sqlx::Error> {
         http_status: row.try_get("http_status")?,
         duration_ms: row.try_get("duration_ms")?,
         operator: row.try_get("operator")?,
+        rule: row.try_get("rule")?,
     })
 }
 
-pub(super) const SELECT_COLUMNS: &str = "at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms, operator";
+pub(super) const SELECT_COLUMNS: &str = "at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms, operator, rule";
 
 /// The append-only audit table (SPEC §10).
 #[derive(Clone, Copy)]
@@ -105,7 +109,7 @@ impl Audit<'_> {
     ) -> StoreResult<Vec<(String, AuditRow)>> {
         let (at, id) = after.unwrap_or((Millis::MIN, String::new()));
         let rows = sqlx::query(
-            "SELECT id, at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms, operator \
+            "SELECT id, at, event, reason, call, site, conversation, visitor, tool, policy, arguments, http_status, duration_ms, operator, rule \
              FROM audit WHERE ($1 = '' OR site = $1) AND (at > $2 OR (at = $2 AND id > $3)) ORDER BY at, id LIMIT $4",
         )
         .bind(site.unwrap_or(""))

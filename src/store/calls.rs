@@ -8,6 +8,8 @@ use sqlx::any::AnyRow;
 use super::audit::{self, AuditRow};
 use super::error::StoreResult;
 use super::ownership::{Fence, owned};
+use super::quotas::Held;
+pub use super::quotas::QuotaUse;
 use super::{Store, optional_state, sql, state};
 use crate::clock::Millis;
 pub use crate::states::CallStatus;
@@ -49,6 +51,25 @@ pub struct CallRow {
     pub deliveries: i64,
     /// What the tool answered, as the model was told.
     pub result: Option<String>,
+    /// What `confirm_when` said of this call, when a rule decided (SPEC §20).
+    pub rule: Option<String>,
+    /// The quota use this call holds, if its tool has a quota.
+    pub quota: Option<QuotaUse>,
+    /// For a card signed for a visitor's edits: the card it replaced.
+    pub edited_from: Option<String>,
+    /// The card's editable fields as shown (JSON), if any.
+    pub editable: Option<String>,
+}
+
+impl CallRow {
+    /// The quota use this call holds, if any.
+    pub(super) fn held(&self) -> Option<Held<'_>> {
+        self.quota.as_ref().map(|quota| Held {
+            site: &self.site,
+            tool: &self.tool,
+            quota,
+        })
+    }
 }
 
 /// A call's audit rows carry the call's identity and its canonical arguments.
@@ -68,12 +89,17 @@ impl AuditRow {
             http_status: None,
             duration_ms: None,
             operator: None,
+            rule: match event {
+                AuditEvent::Requested => call.rule.clone(),
+                _ => None,
+            },
         }
     }
 }
 
 pub(super) const COLUMNS: &str = "id, model_call_id, conversation, message, turn, site, visitor, tool, label, policy, kind, arguments, lines, \
-     status, config_digest, expires_at, signature, decided_at, reason, context, run_message, run_status, created_at, owner, deliveries, result";
+     status, config_digest, expires_at, signature, decided_at, reason, context, run_message, run_status, created_at, owner, deliveries, result, \
+     rule, quota_subject, quota_period, quota_note, edited_from, editable";
 
 pub(super) fn call(row: &AnyRow) -> Result<CallRow, sqlx::Error> {
     Ok(CallRow {
@@ -103,6 +129,20 @@ pub(super) fn call(row: &AnyRow) -> Result<CallRow, sqlx::Error> {
         owner: row.try_get("owner")?,
         deliveries: row.try_get("deliveries")?,
         result: row.try_get("result")?,
+        rule: row.try_get("rule")?,
+        quota: match (
+            row.try_get::<Option<String>, _>("quota_subject")?,
+            row.try_get::<Option<String>, _>("quota_period")?,
+        ) {
+            (Some(subject), Some(period)) => Some(QuotaUse {
+                subject,
+                period,
+                note: row.try_get("quota_note")?,
+            }),
+            _ => None,
+        },
+        edited_from: row.try_get("edited_from")?,
+        editable: row.try_get("editable")?,
     })
 }
 
@@ -124,46 +164,40 @@ impl Calls<'_> {
     /// and deliver for an answer already taken over (`TakenOver`).
     pub async fn insert(self, c: &CallRow, audit_rows: &[AuditRow]) -> StoreResult<()> {
         let mut tx = self.0.writer().begin().await?;
-        let inserted = sqlx::query(sql(format!(
-            "INSERT INTO calls ({COLUMNS}) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26 \
-             WHERE $24 IS NULL OR EXISTS (SELECT 1 FROM messages WHERE id = $4 AND owner = $24 AND status = $27)"
-        )))
-        .bind(&c.id)
-        .bind(&c.model_call_id)
-        .bind(&c.conversation)
-        .bind(&c.message)
-        .bind(&c.turn)
-        .bind(&c.site)
-        .bind(&c.visitor)
-        .bind(&c.tool)
-        .bind(&c.label)
-        .bind(c.policy.as_str())
-        .bind(c.kind.as_str())
-        .bind(&c.arguments)
-        .bind(&c.lines)
-        .bind(c.status.as_str())
-        .bind(&c.config_digest)
-        .bind(c.expires_at)
-        .bind(&c.signature)
-        .bind(c.decided_at)
-        .bind(c.reason.map(|s| s.as_str()))
-        .bind(&c.context)
-        .bind(&c.run_message)
-        .bind(c.run_status.map(|s| s.as_str()))
-        .bind(c.created_at)
-        .bind(&c.owner)
-        .bind(c.deliveries)
-        .bind(&c.result)
-        .bind(crate::states::MessageStatus::Streaming.as_str())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        owned(inserted)?;
-        for row in audit_rows {
-            audit::insert(&mut *tx, row).await?;
-        }
+        insert_in(&mut tx, c, audit_rows).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Stores a call that holds a quota use (`c.quota`), counting the use in
+    /// the same transaction (SPEC §20): `Ok(None)` when `max` uses are already
+    /// counted in the call's period (nothing is stored), else the call as
+    /// stored, with what its card shows of what is left.
+    pub async fn insert_counted(
+        self,
+        c: &CallRow,
+        audit_rows: &[AuditRow],
+        max: u32,
+        window: &str,
+    ) -> StoreResult<Option<CallRow>> {
+        let mut tx = self.0.writer().begin().await?;
+        let mut stored = c.clone();
+        if let Some(quota) = stored.quota.as_mut() {
+            let held = Held {
+                site: &c.site,
+                tool: &c.tool,
+                quota,
+            };
+            let Some(used) = super::quotas::count_in(&mut tx, held, max).await? else {
+                return Ok(None);
+            };
+            let left = max.saturating_sub(used);
+            quota.note =
+                Some(serde_json::json!({"left": left, "max": max, "window": window}).to_string());
+        }
+        insert_in(&mut tx, &stored, audit_rows).await?;
+        tx.commit().await?;
+        Ok(Some(stored))
     }
 
     pub async fn get(self, id: &str) -> StoreResult<Option<CallRow>> {
@@ -275,4 +309,58 @@ async fn recorded_before(
     let owner: Option<String> = row.try_get("owner")?;
     let deliveries: i64 = row.try_get("deliveries")?;
     Ok(owner.is_none() && deliveries == call.deliveries && now.as_deref() == Some(status.as_str()))
+}
+
+/// Stores a call and its first audit rows inside `tx` (see `Calls::insert`).
+pub(super) async fn insert_in(
+    tx: &mut super::Tx<'_>,
+    c: &CallRow,
+    audit_rows: &[AuditRow],
+) -> StoreResult<()> {
+    let inserted = sqlx::query(sql(format!(
+        "INSERT INTO calls ({COLUMNS}) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, \
+         $28, $29, $30, $31, $32, $33 \
+         WHERE $24 IS NULL OR EXISTS (SELECT 1 FROM messages WHERE id = $4 AND owner = $24 AND status = $27)"
+    )))
+    .bind(&c.id)
+    .bind(&c.model_call_id)
+    .bind(&c.conversation)
+    .bind(&c.message)
+    .bind(&c.turn)
+    .bind(&c.site)
+    .bind(&c.visitor)
+    .bind(&c.tool)
+    .bind(&c.label)
+    .bind(c.policy.as_str())
+    .bind(c.kind.as_str())
+    .bind(&c.arguments)
+    .bind(&c.lines)
+    .bind(c.status.as_str())
+    .bind(&c.config_digest)
+    .bind(c.expires_at)
+    .bind(&c.signature)
+    .bind(c.decided_at)
+    .bind(c.reason.map(|s| s.as_str()))
+    .bind(&c.context)
+    .bind(&c.run_message)
+    .bind(c.run_status.map(|s| s.as_str()))
+    .bind(c.created_at)
+    .bind(&c.owner)
+    .bind(c.deliveries)
+    .bind(&c.result)
+    .bind(crate::states::MessageStatus::Streaming.as_str())
+    .bind(&c.rule)
+    .bind(c.quota.as_ref().map(|q| &q.subject))
+    .bind(c.quota.as_ref().map(|q| &q.period))
+    .bind(c.quota.as_ref().and_then(|q| q.note.as_ref()))
+    .bind(&c.edited_from)
+    .bind(&c.editable)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    owned(inserted)?;
+    for row in audit_rows {
+        audit::insert(&mut **tx, row).await?;
+    }
+    Ok(())
 }

@@ -38,6 +38,12 @@ impl Store {
     }
 }
 
+impl<'s> Cards<'s> {
+    pub(super) fn store(self) -> &'s Store {
+        self.0
+    }
+}
+
 impl Cards<'_> {
     /// The one atomic pending → decided transition, which also opens the bubble of
     /// the continuation and, for a confirmation, marks the call running under this
@@ -92,29 +98,15 @@ impl Cards<'_> {
         .rows_affected()
             == 1;
         if !won {
-            // Dropping the transaction gives the reservation back. Whether the card
-            // ran out of time or another answer won is read from the row as it is
-            // now: an expiry sweep may have come between the checks and here.
-            let row = sqlx::query("SELECT status, expires_at, reason FROM calls WHERE id = $1")
-                .bind(&c.id)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let Some(row) = row else {
-                return Ok(Decided::Lost);
-            };
-            let status = super::state(&row, "status", CallStatus::parse)?;
-            let expires_at: Option<Millis> = row.try_get("expires_at")?;
-            let reason = super::optional_state(&row, "reason", Reason::parse)?;
-            return Ok(match status {
-                CallStatus::Expired if reason == Some(Reason::Stale) => Decided::Stale,
-                CallStatus::Expired => Decided::Late,
-                CallStatus::Pending if expires_at.is_none_or(|at| at <= now) => Decided::Late,
-                _ => Decided::Lost,
-            });
+            // Dropping the transaction gives the reservation back.
+            return why_lost(&mut tx, c, now).await;
         }
         let event = match to {
             CallStatus::Confirmed => AuditEvent::Confirmed,
-            _ => AuditEvent::Cancelled,
+            _ => {
+                super::quotas::give_back_in(&mut tx, c.held()).await?;
+                AuditEvent::Cancelled
+            }
         };
         audit::insert(&mut *tx, &AuditRow::for_call(c, event, reason, now)).await?;
         close_card_message(&mut tx, &c.message).await?;
@@ -161,6 +153,28 @@ impl Cards<'_> {
     }
 }
 
+/// Why a card's conditional transition changed nothing: whether the card ran
+/// out of time, went stale or another answer won is read from the row as it is
+/// now, since an expiry sweep may have come between the checks and the update.
+pub(super) async fn why_lost(tx: &mut Tx<'_>, c: &CallRow, now: Millis) -> StoreResult<Decided> {
+    let row = sqlx::query("SELECT status, expires_at, reason FROM calls WHERE id = $1")
+        .bind(&c.id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let Some(row) = row else {
+        return Ok(Decided::Lost);
+    };
+    let status = super::state(&row, "status", CallStatus::parse)?;
+    let expires_at: Option<Millis> = row.try_get("expires_at")?;
+    let reason = super::optional_state(&row, "reason", Reason::parse)?;
+    Ok(match status {
+        CallStatus::Expired if reason == Some(Reason::Stale) => Decided::Stale,
+        CallStatus::Expired => Decided::Late,
+        CallStatus::Pending if expires_at.is_none_or(|at| at <= now) => Decided::Late,
+        _ => Decided::Lost,
+    })
+}
+
 pub(super) async fn expire_in(
     tx: &mut Tx<'_>,
     now: Millis,
@@ -192,6 +206,7 @@ pub(super) async fn expire_in(
         }
     };
     let expired: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
+    super::quotas::give_back_in(tx, expired.iter().filter_map(CallRow::held)).await?;
     for c in &expired {
         let at = c.expires_at.unwrap_or(now);
         audit::insert(
@@ -234,6 +249,7 @@ impl Cards<'_> {
             return Ok(None);
         };
         let cancelled = call(&row)?;
+        super::quotas::give_back_in(&mut tx, cancelled.held()).await?;
         let mut audit_row = AuditRow::for_call(
             &cancelled,
             AuditEvent::Cancelled,
@@ -271,6 +287,7 @@ pub(super) async fn stale_in(
     .fetch_all(&mut **tx)
     .await?;
     let stale: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
+    super::quotas::give_back_in(tx, stale.iter().filter_map(CallRow::held)).await?;
     for c in &stale {
         audit::insert(
             &mut **tx,
@@ -301,6 +318,7 @@ pub(super) async fn supersede_in(
     .fetch_all(&mut **tx)
     .await?;
     let superseded: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
+    super::quotas::give_back_in(tx, superseded.iter().filter_map(CallRow::held)).await?;
     for c in &superseded {
         audit::insert(
             &mut **tx,

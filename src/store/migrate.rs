@@ -28,6 +28,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!(
     (8, "knowledge", "common/0008_knowledge.sql"),
     (9, "ingest jobs", "common/0009_ingest_jobs.sql"),
     (10, "human desk", "common/0010_human_desk.sql"),
+    (11, "gates", "common/0011_gates.sql"),
 );
 
 const POSTGRES: &[(i64, &str, &str)] = embedded!(
@@ -49,6 +50,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!(
     (8, "knowledge", "common/0008_knowledge.sql"),
     (9, "ingest jobs", "common/0009_ingest_jobs.sql"),
     (10, "human desk", "common/0010_human_desk.sql"),
+    (11, "gates", "common/0011_gates.sql"),
 );
 
 #[derive(Debug)]

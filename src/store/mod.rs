@@ -12,6 +12,7 @@ mod calls;
 mod cards;
 mod conversations;
 pub mod desk;
+mod edits;
 mod error;
 pub mod ingests;
 mod installation;
@@ -20,6 +21,7 @@ mod migrate;
 mod operators;
 mod overrides;
 mod ownership;
+mod quotas;
 pub mod stored;
 mod turns;
 mod usage;
@@ -28,7 +30,7 @@ mod visitors;
 pub use crate::budget::{BudgetShare, Reservation};
 pub use crate::states::{AuditEvent, CallKind, CallStatus, MessageStatus, Reason, Role};
 pub use audit::{AuditFilter, AuditRow};
-pub use calls::CallRow;
+pub use calls::{CallRow, QuotaUse};
 pub use cards::Decided;
 pub use conversations::{
     ConversationFilter, ConversationListRow, MessageRow, SEARCH_WINDOW, STREAMING,
@@ -38,6 +40,7 @@ pub use ingests::IngestJobRow;
 pub use operators::{OperatorRow, SessionRow, TokenRow};
 pub use overrides::{ToolEdit, ToolOverride};
 pub use ownership::{Claimed, DEFAULT_LEASE_MS, Fence, Renewal, StreamingAnswer};
+pub use quotas::QuotaCount;
 pub use turns::{TurnEnd, TurnStart};
 
 use std::path::Path;

@@ -3,8 +3,10 @@
 
 pub mod arguments;
 pub mod catalog;
+pub mod editable;
 pub mod http;
 pub mod render;
+pub mod rule;
 pub mod schema;
 
 use std::collections::HashMap;
@@ -14,7 +16,7 @@ use std::time::Duration;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::config::{Policy, ToolConfig};
+use crate::config::{Policy, Quota, ToolConfig};
 use crate::llm::ToolSpec;
 use crate::mcp::Target;
 use crate::secret::Secret;
@@ -30,6 +32,12 @@ pub struct Tool {
     pub schema: serde_json::Value,
     /// For a tool an MCP server offers: its calls go there, not to `url`.
     pub mcp: Option<Target>,
+    /// `confirm_when`: when set, a call needs the policy's gate only when it
+    /// says so (SPEC §20).
+    pub rule: Option<rule::Rule>,
+    /// Top-level arguments the visitor may change on the card.
+    pub editable: Vec<String>,
+    pub quota: Option<Quota>,
     validator: jsonschema::Validator,
     /// SHA-256 of the canonical configuration (what visitors and the model are
     /// shown, policy, executor, schema): a pending card whose tool changed since it
@@ -53,14 +61,33 @@ impl Tool {
                 json!({"url": config.url, "timeout_s": config.timeout_s, "secret_env": config.secret_env})
             }
         };
-        let canonical = serde_json_canonicalizer::to_string(&json!({
+        let mut canonical = json!({
             "name": config.name,
             "label": config.label,
             "description": config.description,
             "policy": config.policy.as_str(),
             "executor": executor,
             "schema": config.input_schema,
-        }))?;
+        });
+        // What SPEC §20 adds is covered only when set, so a tool without it
+        // keeps the digest its pending cards were signed under.
+        if let Some(source) = &config.confirm_when {
+            canonical["confirm_when"] = json!(source);
+        }
+        if !config.editable.is_empty() {
+            canonical["editable"] = json!(config.editable);
+        }
+        if let Some(quota) = &config.quota {
+            canonical["quota"] = json!(quota);
+        }
+        let canonical = serde_json_canonicalizer::to_string(&canonical)?;
+        let rule = match &config.confirm_when {
+            Some(source) => Some(
+                rule::Rule::compile(source)
+                    .map_err(|why| anyhow::anyhow!("tool {}: confirm_when {why}", config.name))?,
+            ),
+            None => None,
+        };
         Ok(Tool {
             name: config.name.clone(),
             label: config.label.clone(),
@@ -71,6 +98,9 @@ impl Tool {
             secret: config.secret.clone(),
             schema: config.input_schema.clone(),
             mcp: mcp.cloned(),
+            rule,
+            editable: config.editable.clone(),
+            quota: config.quota,
             validator,
             digest: hex::encode(Sha256::digest(canonical.as_bytes())),
         })
@@ -79,6 +109,21 @@ impl Tool {
     /// Checks arguments against the input schema; the errors are for the model.
     pub fn check_arguments(&self, arguments: &serde_json::Value) -> Result<(), String> {
         schema::check_instance(&self.validator, arguments)
+    }
+
+    /// Whether a valid call of this tool needs its policy's gate, and the
+    /// rule's record for the audit when a rule decided.
+    pub fn gate(&self, arguments: &serde_json::Value) -> (bool, Option<String>) {
+        if !self.policy.is_gated() {
+            return (false, None);
+        }
+        match &self.rule {
+            Some(rule) => {
+                let decision = rule.decide(arguments);
+                (decision.gated, Some(decision.record))
+            }
+            None => (true, None),
+        }
     }
 
     fn spec(&self) -> Arc<ToolSpec> {

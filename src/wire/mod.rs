@@ -3,9 +3,11 @@
 //! (`operator.rs`). A change here is a change of the public
 //! contract, so these types live together and nowhere else.
 
+mod card;
 mod desk;
 mod operator;
 
+pub use card::*;
 pub use desk::*;
 pub use operator::*;
 
@@ -51,6 +53,10 @@ pub struct AskBody {
     pub call: Option<String>,
     pub decision: Option<Decision>,
     pub signature: Option<String>,
+    /// With `decision: "confirm"`: new values for the card's editable fields
+    /// (SPEC §20). The server signs a new card for them instead of running.
+    #[schema(value_type = Option<Object>)]
+    pub edits: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// The two forms of an ask.
@@ -65,13 +71,16 @@ pub enum AskRequest {
         call: String,
         decision: Decision,
         signature: String,
+        edits: Option<serde_json::Map<String, serde_json::Value>>,
     },
 }
 
 impl AskRequest {
     pub fn from_body(body: AskBody) -> Result<Self, String> {
-        let answer_fields =
-            body.call.is_some() || body.decision.is_some() || body.signature.is_some();
+        let answer_fields = body.call.is_some()
+            || body.decision.is_some()
+            || body.signature.is_some()
+            || body.edits.is_some();
         match (body.message, answer_fields) {
             (Some(_), true) => Err("send either a message or an answer to a card, not both".into()),
             (Some(message), false) => {
@@ -93,11 +102,15 @@ impl AskRequest {
                 else {
                     return Err("an answer needs conversation, call, decision and signature".into());
                 };
+                if body.edits.is_some() && decision != Decision::Confirm {
+                    return Err("edits go with decision \"confirm\"".into());
+                }
                 Ok(Self::Answer {
                     conversation,
                     call,
                     decision,
                     signature,
+                    edits: body.edits,
                 })
             }
             (None, false) => Err("message is required".into()),
@@ -196,6 +209,12 @@ pub enum StreamEvent {
         arguments: Vec<ArgLine>,
         expires_at: String,
         signature: String,
+        /// The lines the visitor may change (SPEC §20).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        editable: Vec<EditableField>,
+        /// What is left of the tool's quota once this call runs (SPEC §20).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        quota: Option<QuotaNote>,
     },
     Citations {
         items: Vec<Citation>,
@@ -280,6 +299,12 @@ pub struct StepView {
     /// Present on confirmation steps: `null` until decided.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<Option<String>>,
+    /// On a pending card: the lines the visitor may change (SPEC §20).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub editable: Vec<EditableField>,
+    /// On a card of a tool with a quota: what was left once it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaNote>,
 }
 
 // ---- errors ---------------------------------------------------------------------
@@ -315,6 +340,7 @@ pub(crate) enum ErrorCodeDoc {
     ConversationHeld,
     NotHeld,
     HandoffDisabled,
+    InvalidEdit,
     InternalError,
 }
 

@@ -12,6 +12,7 @@ mod early_ask;
 mod edges;
 mod expiry;
 mod fencing;
+mod gates;
 mod guards;
 mod identity;
 mod ingest_jobs;

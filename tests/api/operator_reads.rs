@@ -346,7 +346,7 @@ async fn the_audit_is_filtered_paged_and_exported() {
         "oldest first"
     );
     let (_, _, csv) = admin.download("/v1/operator/audit/export?format=csv").await;
-    assert!(csv.starts_with("at,event,reason,call,site,conversation,visitor,tool,policy,arguments,http_status,duration_ms,operator\n"));
+    assert!(csv.starts_with("at,event,reason,call,site,conversation,visitor,tool,policy,arguments,http_status,duration_ms,operator,rule\n"));
     assert_eq!(csv.lines().count(), total + 1);
 }
 

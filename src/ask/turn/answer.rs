@@ -187,9 +187,18 @@ impl Turn {
             url: None,
             snippet: snippet(&outcome.result),
         });
+        // A card the visitor edited ran with the edited values; the stored
+        // transcript already carries them, and the model is told so too.
+        let edited = match call.edited_from {
+            Some(_) => format!(
+                "The visitor changed the arguments on the card before confirming; the call ran with {}. ",
+                call.arguments
+            ),
+            None => String::new(),
+        };
         messages.push(ChatMessage::Tool {
             tool_call_id: call.model_call_id.clone(),
-            content: format!("[1] {}", outcome.result),
+            content: format!("{edited}[1] {}", outcome.result),
         });
         self.refresh_tools().await;
         let record = confirm::run::record(&self.app, call, &outcome, status, &self.fence);

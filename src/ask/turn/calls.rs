@@ -21,9 +21,13 @@ pub const MAX_CALLS_PER_RESPONSE: usize = 8;
 
 /// How one call of the response is to be handled.
 enum Plan {
-    Refuse { reason: Reason, tell: String },
-    Auto(Arc<Tool>, Arguments),
-    Card(Arc<Tool>, Arguments),
+    Refuse {
+        reason: Reason,
+        tell: String,
+    },
+    /// Runs now; with the `confirm_when` record when a rule let it.
+    Auto(Arc<Tool>, Arguments, Option<String>),
+    Card(Arc<Tool>, Arguments, Option<String>),
 }
 
 impl Turn {
@@ -36,7 +40,7 @@ impl Turn {
         bubble: &Bubble,
         calls: Vec<ToolCall>,
     ) -> anyhow::Result<bool> {
-        let mut card: Option<(ToolCall, Arc<Tool>, Arguments)> = None;
+        let mut card: Option<(ToolCall, Arc<Tool>, Arguments, Option<String>)> = None;
         for (n, call) in calls.into_iter().enumerate() {
             // A prompt-injected model could fan out any number of calls: only the
             // first few of a response are considered (SPEC §6.3).
@@ -55,9 +59,11 @@ impl Turn {
                     self.record_refusal(&call, bubble, reason).await?;
                     tell
                 }
-                Plan::Auto(tool, args) => self.run_auto(&call, &tool, &args, bubble).await?,
-                Plan::Card(tool, args) => {
-                    card = Some((call, tool, args));
+                Plan::Auto(tool, args, rule) => {
+                    self.run_auto(&call, &tool, &args, rule, bubble).await?
+                }
+                Plan::Card(tool, args, rule) => {
+                    card = Some((call, tool, args, rule));
                     continue;
                 }
             };
@@ -66,12 +72,21 @@ impl Turn {
                 content: result,
             });
         }
-        let Some((call, tool, args)) = card else {
+        let Some((call, tool, args, rule)) = card else {
             return Ok(false);
         };
-        self.raise_card(messages, bubble, &call, &tool, &args)
-            .await?;
-        Ok(true)
+        if self
+            .raise_card(messages, bubble, &call, &tool, &args, rule)
+            .await?
+        {
+            return Ok(true);
+        }
+        // The quota is spent: no card, and the model is told (SPEC §20).
+        messages.push(ChatMessage::Tool {
+            tool_call_id: call.id.clone(),
+            content: self.quota_spent(&call, &tool, bubble).await?,
+        });
+        Ok(false)
     }
 
     fn plan(&self, call: &ToolCall, card_planned: bool) -> Plan {
@@ -105,17 +120,21 @@ impl Turn {
                 tell: format!("Error: the arguments do not fit the tool's input schema: {why}"),
             };
         }
-        match tool.policy {
-            Policy::Auto => Plan::Auto(tool, arguments),
-            Policy::Confirm if self.card_raised || card_planned => Plan::Refuse {
+        // A `confirm_when` decides, on the arguments, whether the call needs
+        // its policy's gate at all (SPEC §20).
+        let (gated, rule) = tool.gate(&arguments.value);
+        if !gated {
+            return Plan::Auto(tool, arguments, rule);
+        }
+        if self.card_raised || card_planned {
+            return Plan::Refuse {
                 reason: Reason::OnePerTurn,
                 tell: "Not run: only one confirmation is possible per turn. Tell the visitor to ask for this \
                        separately once the current request is settled."
                     .into(),
-            },
-            Policy::Confirm => Plan::Card(tool, arguments),
-            Policy::Off => unreachable!("off tools were filtered above"),
+            };
         }
+        Plan::Card(tool, arguments, rule)
     }
 
     fn call_row(
@@ -156,6 +175,10 @@ impl Turn {
             owner: None,
             deliveries: 0,
             result: None,
+            rule: None,
+            quota: None,
+            edited_from: None,
+            editable: None,
         }
     }
 
@@ -166,7 +189,7 @@ impl Turn {
         reason: Reason,
     ) -> anyhow::Result<()> {
         let tool = self.tools.get(&call.name).map(Arc::as_ref);
-        let kind = if tool.is_some_and(|t| t.policy == Policy::Confirm) {
+        let kind = if tool.is_some_and(|t| t.policy.is_gated()) {
             CallKind::Confirmation
         } else {
             CallKind::Auto
@@ -200,6 +223,7 @@ impl Turn {
         call: &ToolCall,
         tool: &Tool,
         arguments: &Arguments,
+        rule: Option<String>,
         bubble: &Bubble,
     ) -> anyhow::Result<String> {
         let mut row = self.call_row(
@@ -210,6 +234,7 @@ impl Turn {
             CallKind::Auto,
             CallStatus::Running,
         );
+        row.rule = rule;
         // Running under this process's lease: a crash before the outcome is
         // recorded leaves a call that recovery delivers again.
         row.owner = Some(self.fence.to_string());
@@ -218,14 +243,29 @@ impl Turn {
         // The fencing tests pause here: the answer may be taken over before
         // its call exists.
         crate::crashpoint::reached("before_call_insert");
-        self.app.store.calls().insert(&row, &[requested]).await?;
+        match &tool.quota {
+            None => self.app.store.calls().insert(&row, &[requested]).await?,
+            Some(quota) => {
+                row.quota = Some(confirm::quota::use_of(quota, &row.visitor, row.created_at));
+                let window = confirm::quota::window_name(quota.window);
+                let counted = self.app.store.calls();
+                if counted
+                    .insert_counted(&row, &[requested], quota.max, window)
+                    .await?
+                    .is_none()
+                {
+                    return self.quota_spent(call, tool, bubble).await;
+                }
+            }
+        }
         let (outcome, status) = self.run_tool(&row.id, tool, &arguments.value).await?;
         confirm::run::record(&self.app, &row, &outcome, status, &self.fence).await?;
         self.sink.send(step_event(&row.id, tool, status)).await;
         Ok(outcome.result)
     }
 
-    /// Raises the turn's one card (`confirm::card`) and shows it.
+    /// Raises the turn's one card (`confirm::card`) and shows it; false when
+    /// the tool's quota is spent and no card was raised.
     async fn raise_card(
         &mut self,
         messages: &[ChatMessage],
@@ -233,8 +273,9 @@ impl Turn {
         call: &ToolCall,
         tool: &Tool,
         arguments: &Arguments,
-    ) -> anyhow::Result<()> {
-        let row = self.call_row(
+        rule: Option<String>,
+    ) -> anyhow::Result<bool> {
+        let mut row = self.call_row(
             call,
             bubble,
             Some(tool),
@@ -242,10 +283,30 @@ impl Turn {
             CallKind::Confirmation,
             CallStatus::Pending,
         );
-        let card = confirm::card::raise(&self.app, row, tool, arguments, messages).await?;
+        row.rule = rule;
+        let Some(card) = confirm::card::raise(&self.app, row, tool, arguments, messages).await?
+        else {
+            return Ok(false);
+        };
         self.card_raised = true;
         self.sink.send(card).await;
-        Ok(())
+        Ok(true)
+    }
+
+    /// A call refused because its tool's quota is spent: audited, and what the
+    /// model is told.
+    async fn quota_spent(
+        &self,
+        call: &ToolCall,
+        tool: &Tool,
+        bubble: &Bubble,
+    ) -> anyhow::Result<String> {
+        self.record_refusal(call, bubble, Reason::Quota).await?;
+        Ok(tool
+            .quota
+            .as_ref()
+            .map(confirm::quota::spent)
+            .unwrap_or_default())
     }
 }
 

@@ -250,6 +250,7 @@ mod tests {
             E::ConversationHeld,
             E::NotHeld,
             E::HandoffDisabled,
+            E::InvalidEdit("x".into()),
             E::Missing("x"),
             E::Internal(anyhow::anyhow!("x")),
         ];
@@ -281,6 +282,7 @@ mod tests {
                 | E::ConversationHeld
                 | E::NotHeld
                 | E::HandoffDisabled
+                | E::InvalidEdit(_)
                 | E::Missing(_)
                 | E::Internal(_) => {}
             }

@@ -1,0 +1,116 @@
+//! Edits before confirming (SPEC §20). An answer `{"decision": "confirm",
+//! "edits": {...}}` to a verified card is checked — only the tool's editable
+//! fields, plain values, no invisible characters, I-JSON, the schema — and
+//! never runs: the server signs a new card for the edited call, the old card
+//! closes `superseded`, and only the new card can be confirmed. What runs is
+//! what the last card showed, and the audit keeps both argument sets (the old
+//! card's rows and the new card's `requested` row).
+
+use super::Verified;
+use crate::app::App;
+use crate::error::ApiError;
+use crate::ids::new_id;
+use crate::llm::ChatMessage;
+use crate::states::{CallStatus, Reason};
+use crate::store::stored::{decode_transcript, encode_lines, encode_transcript};
+use crate::store::{CallRow, Decided};
+use crate::tools::arguments::Arguments;
+use crate::tools::{editable, render};
+
+/// Signs and stores the card for `edits` to the verified card, which it
+/// replaces. `Ok(None)`: the edits change nothing, so the card shown is the
+/// one to run.
+pub async fn resign(
+    app: &App,
+    verified: &Verified,
+    edits: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Option<CallRow>, ApiError> {
+    let Verified { call, tool } = verified;
+    let current: serde_json::Value = serde_json::from_str(&call.arguments)
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored arguments: {e}")))?;
+    let arguments = match editable::apply(tool, &current, edits) {
+        Ok(arguments) => arguments,
+        Err(why) => {
+            super::refuse(app, call, Reason::InvalidArguments).await?;
+            return Err(ApiError::InvalidEdit(why));
+        }
+    };
+    if arguments.canonical == call.arguments {
+        return Ok(None);
+    }
+    let now = app.clock.now_ms();
+    let new = edited_card(app, call, tool, &arguments, now)?;
+    match app.store.cards().replace_edited(call, &new, now).await? {
+        Decided::Won => {}
+        Decided::Late => {
+            super::refuse(app, call, Reason::Late).await?;
+            return Err(ApiError::ConfirmationExpired);
+        }
+        Decided::Stale => {
+            super::refuse(app, call, Reason::Stale).await?;
+            return Err(ApiError::CallNotPending);
+        }
+        Decided::Lost | Decided::Budget(_) => {
+            super::refuse(app, call, Reason::Replayed).await?;
+            return Err(ApiError::CallNotPending);
+        }
+    }
+    app.live
+        .publish(&new.site, &new.conversation, "card_raised");
+    Ok(Some(new))
+}
+
+/// The new card: the old one's call with the edited arguments, lines rendered
+/// from them, a fresh expiry and id, the model's transcript saying the values
+/// that will run, and a new signature over all of it.
+fn edited_card(
+    app: &App,
+    old: &CallRow,
+    tool: &crate::tools::Tool,
+    arguments: &Arguments,
+    now: i64,
+) -> Result<CallRow, ApiError> {
+    let mut new = old.clone();
+    new.id = new_id("call");
+    new.arguments = arguments.canonical.clone();
+    new.lines = Some(encode_lines(&render::render(
+        &tool.schema,
+        &arguments.value,
+    )));
+    let fields = editable::fields(tool, &arguments.value);
+    new.editable = match fields.is_empty() {
+        true => None,
+        false => Some(serde_json::to_string(&fields).map_err(anyhow::Error::from)?),
+    };
+    new.status = CallStatus::Pending;
+    new.expires_at = Some(now + app.config.approval_ttl.as_millis() as i64);
+    new.created_at = now;
+    new.decided_at = None;
+    new.reason = None;
+    new.edited_from = Some(old.id.clone());
+    new.rule = tool.gate(&arguments.value).1;
+    let transcript =
+        decode_transcript(old.context.as_deref().unwrap_or("[]")).map_err(anyhow::Error::from)?;
+    new.context = Some(encode_transcript(&with_arguments(
+        transcript,
+        &old.model_call_id,
+        &arguments.canonical,
+    )));
+    new.signature = None;
+    new.signature = Some(super::sign::sign(&app.keys.confirmations, &new));
+    Ok(new)
+}
+
+/// The transcript with the model's call `id` carrying `canonical` as its
+/// arguments: the model's history holds the values that run.
+fn with_arguments(mut transcript: Vec<ChatMessage>, id: &str, canonical: &str) -> Vec<ChatMessage> {
+    for message in transcript.iter_mut().rev() {
+        if let ChatMessage::Assistant { tool_calls, .. } = message
+            && let Some(call) = tool_calls.iter_mut().find(|c| c.id == id)
+        {
+            call.arguments = canonical.to_string();
+            break;
+        }
+    }
+    transcript
+}
