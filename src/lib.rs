@@ -4,6 +4,7 @@
 //! the request handlers and the confirmation flow are internal.
 
 pub mod app;
+mod approvals;
 mod ask;
 mod audit;
 pub mod budget;

@@ -31,6 +31,7 @@ pub fn router(app: App) -> Router {
         .merge(crate::ask::router())
         .merge(crate::conversation::router())
         .merge(crate::desk::router())
+        .merge(crate::approvals::router())
         .merge(crate::widget::router())
         .merge(crate::operator::router())
         .merge(crate::console::router())

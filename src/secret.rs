@@ -62,6 +62,9 @@ impl Key {
 pub struct Keys {
     pub visitor_tokens: Key,
     pub confirmations: Key,
+    /// Signs what a teammate approves (SPEC §20): a visitor's card signature
+    /// can never pass for an approval, nor the other way round.
+    pub approvals: Key,
     pub operator_sessions: Key,
 }
 
@@ -78,6 +81,7 @@ impl Keys {
             visitor_tokens: derive(b"deskbell/v1/visitor-token"),
             confirmations: derive(b"deskbell/v1/confirmation-signature"),
             operator_sessions: derive(b"deskbell/v1/operator-session"),
+            approvals: derive(b"deskbell/v1/approval-signature"),
         }
     }
 }

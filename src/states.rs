@@ -79,18 +79,30 @@ text_enum!(
         Off = "off",
         Auto = "auto",
         Confirm = "confirm",
+        /// A teammate approves in the console; the visitor sees no card (SPEC §20).
+        Approve = "approve",
+        /// The visitor confirms on a card, then a teammate approves (SPEC §20).
+        ConfirmApprove = "confirm+approve",
     }
 );
 
 impl Policy {
     /// True when a call needs somebody's yes before it runs.
     pub fn is_gated(self) -> bool {
-        matches!(self, Policy::Confirm)
+        matches!(
+            self,
+            Policy::Confirm | Policy::Approve | Policy::ConfirmApprove
+        )
     }
 
     /// True when the visitor is shown a card to confirm.
     pub fn asks_visitor(self) -> bool {
-        matches!(self, Policy::Confirm)
+        matches!(self, Policy::Confirm | Policy::ConfirmApprove)
+    }
+
+    /// True when a teammate must approve before the call runs.
+    pub fn asks_teammate(self) -> bool {
+        matches!(self, Policy::Approve | Policy::ConfirmApprove)
     }
 }
 
@@ -113,6 +125,8 @@ text_enum!(
         Confirmed = "confirmed",
         Cancelled = "cancelled",
         Expired = "expired",
+        /// Waiting in the console's approvals queue for a teammate (SPEC §20).
+        AwaitingApproval = "awaiting_approval",
     }
 );
 
@@ -169,6 +183,9 @@ text_enum!(
         Operator = "operator",
         /// The tool's quota for the visitor or site is spent (SPEC §20).
         Quota = "quota",
+        /// A teammate declined the call in the console (SPEC §20); the audit
+        /// row names the operator.
+        Declined = "declined",
     }
 );
 

@@ -5,6 +5,7 @@
 //! not lose the answer). It answers with JSON errors until the task says the stream
 //! has started, and with the event stream after.
 
+pub mod approved;
 mod prompt;
 mod recover;
 mod sink;
@@ -113,9 +114,8 @@ async fn ask(
             ))
             .await?;
             // Edits never run: the server signs a new card for them (SPEC §20).
-            if let Some(edits) = edits.filter(|e| !e.is_empty())
-                && let Some(card) = Box::pin(confirm::edit::resign(&app, &verified, &edits)).await?
-            {
+            if let Some(edits) = edits.filter(|e| !e.is_empty()) {
+                let card = Box::pin(confirm::edit::resign(&app, &verified, &edits)).await?;
                 return edited(&verified.call, &card);
             }
             let admission = Box::pin(guard::admit_turn(&app, &caller)).await?;

@@ -133,8 +133,11 @@ async fn finish(
         id: answer.id,
         text: answer.text,
     };
+    let message = bubble.id.clone();
     turn.continue_recovered(context, results, call, &outcome, bubble, reserved)
-        .await
+        .await?;
+    // A widget open on the conversation sees the recovered answer at once.
+    crate::conversation::deliver(app, &call.conversation, &message).await
 }
 
 /// The transcript the turn resumes from: a card's own (for a confirmed call), or

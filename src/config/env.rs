@@ -91,6 +91,17 @@ pub(super) fn apply(config: &mut Config, env: &Env) -> Vec<Problem> {
                 }),
             }
         }
+        if let Some(hook) = site.approval_webhook.as_mut()
+            && let Some(var) = &hook.secret_env
+        {
+            match env.get(var) {
+                Some(v) => hook.secret = Some(Secret::new(v)),
+                None => problems.push(Problem {
+                    key: format!("site[{i}].approval_webhook.secret_env"),
+                    reason: format!("the variable {var} is not set"),
+                }),
+            }
+        }
         for (j, tool) in site.tools.iter_mut().enumerate() {
             if let Some(var) = &tool.secret_env {
                 match env.get(var) {

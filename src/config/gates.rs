@@ -37,6 +37,21 @@ pub(super) fn check_gates(tool: &ToolConfig) -> Vec<(&'static str, String)> {
             "is for fields the visitor changes on a card: the policy shows the visitor none".into(),
         ));
     }
+    if tool.approvers.is_empty() {
+        out.push((
+            "approvers",
+            "must name at least one role: \"admin\" or \"agent\"".into(),
+        ));
+    }
+    if !(tool.approval_ttl_min.is_finite()
+        && tool.approval_ttl_min > 0.0
+        && tool.approval_ttl_min <= 43_200.0)
+    {
+        out.push((
+            "approval_ttl_min",
+            "must be more than 0 and at most 43200 minutes (30 days)".into(),
+        ));
+    }
     if let Some(quota) = &tool.quota
         && (quota.max == 0 || quota.max > 1_000_000)
     {

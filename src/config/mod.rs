@@ -12,7 +12,10 @@ mod validate;
 
 pub use env::Env;
 pub use hours::Hours;
-pub use tools::{McpConfig, McpToolConfig, Quota, QuotaPer, QuotaWindow, ToolConfig};
+pub use tools::{
+    ApprovalWebhook, McpConfig, McpToolConfig, Quota, QuotaPer, QuotaWindow, ToolConfig,
+    default_approval_ttl,
+};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -241,6 +244,8 @@ pub struct SiteConfig {
     /// The human desk (SPEC §19).
     #[serde(default)]
     pub handoff: HandoffConfig,
+    /// Where `approval.requested` is posted (SPEC §20), signed like tool calls.
+    pub approval_webhook: Option<ApprovalWebhook>,
     #[serde(skip)]
     pub identity_secret: Option<Secret>,
 }

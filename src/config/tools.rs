@@ -29,6 +29,25 @@ pub struct ToolConfig {
     pub editable: Vec<String>,
     /// How often the tool may run per visitor or site, per UTC day or month.
     pub quota: Option<Quota>,
+    /// Who may approve its calls, for policies `approve` and `confirm+approve`.
+    #[serde(default = "default_approvers")]
+    pub approvers: Vec<crate::states::OperatorRole>,
+    /// How long a call waits for a teammate's approval, in minutes.
+    #[serde(default = "default_approval_ttl")]
+    pub approval_ttl_min: f64,
+    #[serde(skip)]
+    pub secret: Option<Secret>,
+}
+
+/// `[site.approval_webhook]`: a team's endpoint told of each call that waits
+/// for a teammate, to route it to chat or email (SPEC §20).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalWebhook {
+    pub url: String,
+    pub secret_env: Option<String>,
+    #[serde(default = "default_tool_timeout")]
+    pub timeout_s: f64,
     #[serde(skip)]
     pub secret: Option<Secret>,
 }
@@ -84,6 +103,14 @@ pub struct McpToolConfig {
     pub policy: Option<Policy>,
     pub label: Option<String>,
     pub description: Option<String>,
+}
+
+fn default_approvers() -> Vec<crate::states::OperatorRole> {
+    vec![crate::states::OperatorRole::Admin]
+}
+
+pub fn default_approval_ttl() -> f64 {
+    60.0
 }
 
 fn default_tool_timeout() -> f64 {

@@ -175,6 +175,11 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
     for site in &config.sites {
         secrets.extend(site.identity_secret_env.as_deref());
         secrets.extend(site.tools.iter().filter_map(|t| t.secret_env.as_deref()));
+        secrets.extend(
+            site.approval_webhook
+                .iter()
+                .filter_map(|h| h.secret_env.as_deref()),
+        );
     }
     let mut ids = HashSet::new();
     for (i, site) in config.sites.iter().enumerate() {
@@ -195,6 +200,14 @@ fn check_site(at: &str, site: &SiteConfig, secrets: &HashSet<&str>, out: &mut Ve
             format!("{at}.id"),
             "must be 1-64 letters, digits, '-' or '_'".into(),
         );
+    }
+    if let Some(hook) = site
+        .approval_webhook
+        .as_ref()
+        .filter(|h| !is_http_url(&h.url))
+    {
+        let why = format!("{:?} is not an http:// or https:// URL", hook.url);
+        add(out, format!("{at}.approval_webhook.url"), why);
     }
     for (j, origin) in site.origins.iter().enumerate() {
         if let Err(reason) = check_origin(origin) {

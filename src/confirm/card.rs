@@ -8,7 +8,7 @@
 use crate::app::App;
 use crate::clock::rfc3339;
 use crate::llm::ChatMessage;
-use crate::states::AuditEvent;
+use crate::states::{AuditEvent, CallStatus, Policy};
 use crate::store::stored::{decode_lines, encode_lines, encode_transcript};
 use crate::store::{AuditRow, CallRow};
 use crate::tools::arguments::Arguments;
@@ -27,7 +27,17 @@ pub async fn raise(
 ) -> anyhow::Result<Option<StreamEvent>> {
     let lines = render::render(&tool.schema, &arguments.value);
     let now = app.clock.now_ms();
-    let expires_at = now + app.config.approval_ttl.as_millis() as i64;
+    // A call only a teammate approves shows the visitor no card: it goes
+    // straight to the approvals queue, signed with the approvals' key.
+    let teammate_only = tool.policy == Policy::Approve;
+    let ttl = match teammate_only {
+        true => tool.approval_ttl,
+        false => app.config.approval_ttl,
+    };
+    let expires_at = now + ttl.as_millis() as i64;
+    if teammate_only {
+        row.status = CallStatus::AwaitingApproval;
+    }
     row.lines = Some(encode_lines(&lines));
     row.config_digest = Some(tool.digest.clone());
     row.expires_at = Some(expires_at);
@@ -37,13 +47,25 @@ pub async fn raise(
     if !fields.is_empty() {
         row.editable = Some(serde_json::to_string(&fields)?);
     }
-    let signature = super::sign::sign(&app.keys.confirmations, &row);
-    row.signature = Some(signature);
+    let key = match teammate_only {
+        true => &app.keys.approvals,
+        false => &app.keys.confirmations,
+    };
+    row.signature = Some(super::sign::sign(key, &row));
     let Some(row) = store(app, row, tool, now).await? else {
         return Ok(None);
     };
     app.live
         .publish(&row.site, &row.conversation, "card_raised");
+    if teammate_only {
+        super::approval::requested(app, &row);
+        return Ok(Some(StreamEvent::Step {
+            call: row.id.clone(),
+            tool: row.tool.clone(),
+            label: row.label.clone(),
+            status: CallStatus::AwaitingApproval,
+        }));
+    }
     Ok(Some(event(&row)?))
 }
 

@@ -7,7 +7,7 @@
 use crate::app::App;
 use crate::error::ApiError;
 use crate::states::Reason;
-use crate::store::{BudgetShare, CallRow, CallStatus, Decided, MessageRow};
+use crate::store::{BudgetShare, CallRow, CallStatus, Decided, MessageRow, Step};
 use crate::wire::Decision;
 
 /// Decides `call` for `decision`, opening `bubble`. `Ok(Ok(status))` when this
@@ -27,7 +27,18 @@ pub async fn decide(
     let refusal = match app
         .store
         .cards()
-        .decide(call, to, reason, now, bubble, budget)
+        .decide(
+            call,
+            Step {
+                from: CallStatus::Pending,
+                to,
+                reason,
+                by: None,
+            },
+            now,
+            bubble,
+            budget,
+        )
         .await?
     {
         Decided::Won => {

@@ -18,13 +18,13 @@ use crate::tools::arguments::Arguments;
 use crate::tools::{editable, render};
 
 /// Signs and stores the card for `edits` to the verified card, which it
-/// replaces. `Ok(None)`: the edits change nothing, so the card shown is the
-/// one to run.
+/// replaces. An answer with edits never runs, even when they change nothing:
+/// the visitor confirms the card that shows them.
 pub async fn resign(
     app: &App,
     verified: &Verified,
     edits: &serde_json::Map<String, serde_json::Value>,
-) -> Result<Option<CallRow>, ApiError> {
+) -> Result<CallRow, ApiError> {
     let Verified { call, tool } = verified;
     let current: serde_json::Value = serde_json::from_str(&call.arguments)
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored arguments: {e}")))?;
@@ -35,9 +35,6 @@ pub async fn resign(
             return Err(ApiError::InvalidEdit(why));
         }
     };
-    if arguments.canonical == call.arguments {
-        return Ok(None);
-    }
     let now = app.clock.now_ms();
     let new = edited_card(app, call, tool, &arguments, now)?;
     match app.store.cards().replace_edited(call, &new, now).await? {
@@ -57,7 +54,7 @@ pub async fn resign(
     }
     app.live
         .publish(&new.site, &new.conversation, "card_raised");
-    Ok(Some(new))
+    Ok(new)
 }
 
 /// The new card: the old one's call with the edited arguments, lines rendered

@@ -23,6 +23,7 @@
 //! swept by `expiry.rs`; the signature is `sign.rs`. ARCHITECTURE.md maps each
 //! sentence of the seed to its code and test.
 
+pub mod approval;
 pub mod card;
 pub mod decide;
 pub mod edit;
@@ -32,5 +33,6 @@ pub mod recover;
 pub mod run;
 pub mod sign;
 pub mod verify;
+pub mod webhook;
 
 pub use verify::{Verified, refuse, verify_answer};

@@ -44,6 +44,28 @@ async fn show(
     Ok(Json(view(id, messages, calls)))
 }
 
+/// Puts an assistant message, as history shows it, on the visitor's live
+/// channel (`event: answer`): a continuation that no request streamed — after
+/// a teammate's decision, or a crash — reaches an open widget at once.
+pub(crate) async fn deliver(app: &App, conversation: &str, message: &str) -> anyhow::Result<()> {
+    let messages = app.store.conversations().messages(conversation).await?;
+    let calls = app.store.calls().in_conversation(conversation).await?;
+    let view = view(conversation.to_string(), messages, calls);
+    let Some(shown) = view.messages.iter().find(|m| m.id == message) else {
+        return Ok(());
+    };
+    let data = serde_json::to_string(shown)?;
+    let event = crate::store::desk::NewEvent {
+        kind: "answer",
+        data: &data,
+    };
+    app.store
+        .desk()
+        .append(conversation, event, app.clock.now_ms())
+        .await?;
+    Ok(())
+}
+
 pub(crate) fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -> ConversationView {
     let mut steps: HashMap<&str, Vec<StepView>> = HashMap::new();
     for call in calls.iter().filter(|c| c.status != CallStatus::Refused) {

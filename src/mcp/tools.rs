@@ -80,6 +80,8 @@ fn tool_config(server: &Arc<Server>, t: &Listed, name: String) -> ToolConfig {
         confirm_when: None,
         editable: Vec::new(),
         quota: None,
+        approvers: vec![crate::states::OperatorRole::Admin],
+        approval_ttl_min: crate::config::default_approval_ttl(),
         secret: None,
     }
 }

@@ -49,6 +49,10 @@ fn describe() {
         "How long conversations waited in the queue before an operator took them, by site."
     );
     describe_gauge!(
+        "deskbell_approvals_waiting",
+        "Tool calls waiting in the console's approvals queue for a teammate (SPEC §20)."
+    );
+    describe_gauge!(
         "deskbell_operators_online",
         "Operators whose console was in use within the last two minutes, as last counted."
     );
@@ -187,6 +191,11 @@ pub fn queue_wait(site: &str, waited_ms: i64) {
 /// Operators whose console was in use within the presence window.
 pub fn operators_online(count: i64) {
     gauge!("deskbell_operators_online").set(count as f64);
+}
+
+/// Calls waiting for a teammate, as the database counts them.
+pub fn approvals_waiting(count: i64) {
+    gauge!("deskbell_approvals_waiting").set(count as f64);
 }
 
 pub fn guard_refused(code: &'static str) {

@@ -13,6 +13,16 @@ use super::{Store, Tx, sql};
 use crate::clock::Millis;
 use crate::states::{AuditEvent, CallStatus, MessageStatus, Reason};
 
+/// A card's decision: from which status (pending for a visitor's answer,
+/// awaiting approval for a teammate's) to which, why, and by which operator.
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    pub from: CallStatus,
+    pub to: CallStatus,
+    pub reason: Option<Reason>,
+    pub by: Option<&'a str>,
+}
+
 /// How an answer's attempt at the pending → decided transition ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decided {
@@ -57,12 +67,17 @@ impl Cards<'_> {
     pub async fn decide(
         self,
         c: &CallRow,
-        to: CallStatus,
-        reason: Option<Reason>,
+        step: Step<'_>,
         now: Millis,
         bubble: &super::MessageRow,
         budget: Option<&super::BudgetShare>,
     ) -> StoreResult<Decided> {
+        let Step {
+            from,
+            to,
+            reason,
+            by,
+        } = step;
         let mut tx = self.0.writer().begin().await?;
         if let Some(share) = budget {
             match super::budget::reserve_in(&mut tx, share).await? {
@@ -92,7 +107,7 @@ impl Cards<'_> {
         .bind(run_status)
         .bind(owner)
         .bind(deliveries)
-        .bind(CallStatus::Pending.as_str())
+        .bind(from.as_str())
         .execute(&mut *tx)
         .await?
         .rows_affected()
@@ -108,7 +123,9 @@ impl Cards<'_> {
                 AuditEvent::Cancelled
             }
         };
-        audit::insert(&mut *tx, &AuditRow::for_call(c, event, reason, now)).await?;
+        let mut row = AuditRow::for_call(c, event, reason, now);
+        row.operator = by.map(str::to_string);
+        audit::insert(&mut *tx, &row).await?;
         close_card_message(&mut tx, &c.message).await?;
         super::conversations::insert_message(&mut *tx, bubble).await?;
         tx.commit().await?;
@@ -122,11 +139,12 @@ impl Cards<'_> {
     /// it sees finished has its call's outcome in the calls it reads after.)
     pub async fn expire_due_in(self, conversation: &str, now: Millis) -> StoreResult<()> {
         let due = sqlx::query(
-            "SELECT 1 AS due FROM calls WHERE conversation = $1 AND status = $2 AND expires_at <= $3 LIMIT 1",
+            "SELECT 1 AS due FROM calls WHERE conversation = $1 AND status IN ($2, $4) AND expires_at <= $3 LIMIT 1",
         )
         .bind(conversation)
         .bind(CallStatus::Pending.as_str())
         .bind(now)
+        .bind(CallStatus::AwaitingApproval.as_str())
         .fetch_optional(self.0.pool())
         .await?;
         if due.is_some() {
@@ -170,7 +188,11 @@ pub(super) async fn why_lost(tx: &mut Tx<'_>, c: &CallRow, now: Millis) -> Store
     Ok(match status {
         CallStatus::Expired if reason == Some(Reason::Stale) => Decided::Stale,
         CallStatus::Expired => Decided::Late,
-        CallStatus::Pending if expires_at.is_none_or(|at| at <= now) => Decided::Late,
+        CallStatus::Pending | CallStatus::AwaitingApproval
+            if expires_at.is_none_or(|at| at <= now) =>
+        {
+            Decided::Late
+        }
         _ => Decided::Lost,
     })
 }
@@ -184,23 +206,25 @@ pub(super) async fn expire_in(
         Some(conv) => {
             sqlx::query(sql(format!(
                 "UPDATE calls SET status = $3, decided_at = expires_at \
-                 WHERE status = $4 AND expires_at <= $1 AND conversation = $2 RETURNING {COLUMNS}"
+                 WHERE status IN ($4, $5) AND expires_at <= $1 AND conversation = $2 RETURNING {COLUMNS}"
             )))
             .bind(now)
             .bind(conv)
             .bind(CallStatus::Expired.as_str())
             .bind(CallStatus::Pending.as_str())
+            .bind(CallStatus::AwaitingApproval.as_str())
             .fetch_all(&mut **tx)
             .await?
         }
         None => {
             sqlx::query(sql(format!(
                 "UPDATE calls SET status = $2, decided_at = expires_at \
-                 WHERE status = $3 AND expires_at <= $1 RETURNING {COLUMNS}"
+                 WHERE status IN ($3, $4) AND expires_at <= $1 RETURNING {COLUMNS}"
             )))
             .bind(now)
             .bind(CallStatus::Expired.as_str())
             .bind(CallStatus::Pending.as_str())
+            .bind(CallStatus::AwaitingApproval.as_str())
             .fetch_all(&mut **tx)
             .await?
         }
@@ -276,7 +300,7 @@ pub(super) async fn stale_in(
 ) -> Result<Vec<CallRow>, sqlx::Error> {
     let rows = sqlx::query(sql(format!(
         "UPDATE calls SET status = $4, decided_at = $3, reason = $5 \
-         WHERE status = $6 AND site = $1 AND tool = $2 RETURNING {COLUMNS}"
+         WHERE status IN ($6, $7) AND site = $1 AND tool = $2 RETURNING {COLUMNS}"
     )))
     .bind(site)
     .bind(tool)
@@ -284,6 +308,7 @@ pub(super) async fn stale_in(
     .bind(CallStatus::Expired.as_str())
     .bind(Reason::Stale.as_str())
     .bind(CallStatus::Pending.as_str())
+    .bind(CallStatus::AwaitingApproval.as_str())
     .fetch_all(&mut **tx)
     .await?;
     let stale: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;

@@ -5,6 +5,7 @@
 //! the dialects do (triggers). Ids, JSON and times are TEXT and BIGINT because `Any`
 //! maps only the common scalar types.
 
+mod approvals;
 mod audit;
 mod binds;
 mod budget;
@@ -31,7 +32,7 @@ pub use crate::budget::{BudgetShare, Reservation};
 pub use crate::states::{AuditEvent, CallKind, CallStatus, MessageStatus, Reason, Role};
 pub use audit::{AuditFilter, AuditRow};
 pub use calls::{CallRow, QuotaUse};
-pub use cards::Decided;
+pub use cards::{Decided, Step};
 pub use conversations::{
     ConversationFilter, ConversationListRow, MessageRow, SEARCH_WINDOW, STREAMING,
 };

@@ -42,6 +42,11 @@ pub struct Executor {
 }
 
 impl Executor {
+    /// The client calls go out with (one pool of connections for all).
+    pub fn client(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     pub fn new() -> anyhow::Result<Self> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))

@@ -38,6 +38,10 @@ pub struct Tool {
     /// Top-level arguments the visitor may change on the card.
     pub editable: Vec<String>,
     pub quota: Option<Quota>,
+    /// Who may approve, for the policies that ask a teammate (SPEC §20).
+    pub approvers: Vec<crate::states::OperatorRole>,
+    /// How long an approval may wait.
+    pub approval_ttl: Duration,
     validator: jsonschema::Validator,
     /// SHA-256 of the canonical configuration (what visitors and the model are
     /// shown, policy, executor, schema): a pending card whose tool changed since it
@@ -80,6 +84,10 @@ impl Tool {
         if let Some(quota) = &config.quota {
             canonical["quota"] = json!(quota);
         }
+        if config.policy.asks_teammate() {
+            canonical["approvers"] = json!(config.approvers);
+            canonical["approval_ttl_min"] = json!(config.approval_ttl_min);
+        }
         let canonical = serde_json_canonicalizer::to_string(&canonical)?;
         let rule = match &config.confirm_when {
             Some(source) => Some(
@@ -101,6 +109,8 @@ impl Tool {
             rule,
             editable: config.editable.clone(),
             quota: config.quota,
+            approvers: config.approvers.clone(),
+            approval_ttl: Duration::from_secs_f64(config.approval_ttl_min.max(0.0) * 60.0),
             validator,
             digest: hex::encode(Sha256::digest(canonical.as_bytes())),
         })

@@ -140,10 +140,12 @@
     });
     b.el.appendChild(list);
   }
-  function stepLine(parent, label, status) {
-    var marks = { succeeded: ['✓', 'ok', ''], confirmed: ['✓', 'ok', 'Confirmed'], failed: ['✗', 'bad', 'Failed'], cancelled: ['', '', 'Cancelled'], expired: ['', '', 'Expired'], running: ['…', '', ''], event: ['', '', ''] };
+  // A line of a call keeps its call id and label, so a later change of status
+  // (a teammate's decision, SPEC §20) can redraw it in place.
+  function stepLine(parent, label, status, callId) {
+    var marks = { succeeded: ['✓', 'ok', ''], confirmed: ['✓', 'ok', 'Confirmed'], failed: ['✗', 'bad', 'Failed'], cancelled: ['', '', 'Cancelled'], expired: ['', '', 'Expired'], running: ['…', '', ''], event: ['', '', ''], awaiting_approval: ['', '', 'Waiting for a teammate'] };
     var m = marks[status] || ['', '', status];
-    var line = h('div', { class: 'step ' + m[1], 'data-status': status }, [
+    var line = h('div', callId ? { class: 'step ' + m[1], 'data-status': status, 'data-call': callId, 'data-label': label } : { class: 'step ' + m[1], 'data-status': status }, [
       m[0] ? h('span', { class: 'mark', 'aria-hidden': 'true', text: m[0] + ' ' }) : null,
       m[2] ? h('strong', { text: m[2] }) : null,
       (m[2] ? ' · ' : '') + label + (status === 'running' ? '…' : '')
@@ -200,7 +202,9 @@
   }
   function setBusy(on) { busy = on; send.disabled = on; }
 
-  async function ask(body, onDecision) {
+  // `answering` is the card being answered, told of the decision, of the new
+  // card an edit raised, and of an edit the server refused.
+  async function ask(body, answering) {
     setBusy(true);
     var typing = h('div', { class: 'msg assistant typing', text: 'Typing…', 'aria-label': 'The assistant is typing' });
     log.appendChild(typing); scroll();
@@ -218,20 +222,22 @@
         var j = await r.json().catch(function () { return {}; });
         var code = j.error && j.error.code;
         typing.remove();
-        errorLine(explain(code, r.headers.get('retry-after')));
+        // A refused edit is said on its card, which stays answerable.
+        if (code === 'invalid_edit' && answering) answering.invalid(j.error.message || 'This value cannot be used.');
+        else errorLine(explain(code, r.headers.get('retry-after')));
         return code;
       }
       await stream(r, {
-        decision: function (d) { if (onDecision) onDecision(d.status); },
+        decision: function (d) { if (answering) answering.decided(d.status); },
         turn: function (t) { typing.remove(); if (state.conversation !== t.conversation) state.seen = 0; state.conversation = t.conversation; save(); showHolder({ holder: state.holder || 'assistant' }); bubble = assistantBubble(t.message); },
         delta: function (d) { if (!bubble) bubble = assistantBubble(); bubble.text += d.text; render(bubble); },
         step: function (s) {
           if (!bubble) return;
           var old = bubble.el.querySelector('[data-call="' + s.call + '"]');
-          var line = stepLine(bubble.el, s.label, s.status); line.setAttribute('data-call', s.call);
+          var line = stepLine(bubble.el, s.label, s.status, s.call);
           if (old) old.replaceWith(line);
         },
-        confirm: function (c) { if (bubble) showCard(bubble.el, c, state.conversation); },
+        confirm: function (c) { if (bubble) showCard(bubble.el, c, state.conversation); else if (answering) answering.replaced(c); },
         citations: function (c) { if (bubble) citations(bubble, c.items); },
         error: function (e) { errorLine(e.message); },
         holder: function (e) { showHolder(e); },
@@ -257,22 +263,56 @@
   }
 
   // ---- the confirmation card ----------------------------------------------------
+  var fieldSeq = 0, same = function (a, b) { return JSON.stringify(a) === JSON.stringify(b); };
+  function row(dt, dd) { return h('div', { style: 'display:contents' }, [dt, dd]); }
+  // An editable field (SPEC §20) as an input prefilled with the call's value. A
+  // select's options carry their JSON values by index, never parsed from text.
+  function fieldInput(f) {
+    var id = 'deskbell-field-' + (++fieldSeq), t = f.input, el;
+    if (t === 'select') {
+      el = h('select', { id: id }, f.value === undefined ? [h('option', { value: '', text: '—' })] : []);
+      (f.options || []).forEach(function (o, i) { el.appendChild(h('option', { value: String(i), text: o.title })).selected = same(o.value, f.value); });
+    } else {
+      el = h('input', t === 'boolean' ? { id: id, type: 'checkbox' } : t === 'string' ? { id: id, type: 'text' } : { id: id, type: 'number', step: t === 'integer' ? '1' : 'any' });
+      if (t === 'boolean') el.checked = f.value === true; else if (f.value !== undefined) el.value = String(f.value);
+    }
+    return { f: f, el: el, row: row(h('dt', {}, [h('label', { for: id, text: f.name })]), h('dd', {}, [el])) };
+  }
+  // The fields the visitor changed, typed as the schema wants them. An empty
+  // input that had no value, or an unticked box that had none, is no change.
+  function editsOf(fields) {
+    var out = {};
+    fields.forEach(function (x) {
+      var f = x.f, el = x.el, t = f.input, v;
+      if (t === 'boolean') v = el.checked;
+      else if (t === 'select') v = el.value === '' ? undefined : f.options[Number(el.value)].value;
+      else if (el.value === '' && (t !== 'string' || f.value === undefined)) v = undefined;
+      else v = t === 'integer' ? parseInt(el.value, 10) : t === 'number' ? Number(el.value) : el.value;
+      if (v !== undefined && !same(v, t === 'boolean' && f.value === undefined ? false : f.value)) out[f.field] = v;
+    });
+    return out;
+  }
+  function quotaText(q) { return q.left + ' of ' + q.max + ' left ' + (q.window === 'day' ? 'today' : 'this ' + q.window); }
   function showCard(parent, c, conversation) {
-    var left = h('p', { class: 'left', 'aria-live': 'off' });
-    var list = h('dl');
-    c.arguments.forEach(function (a) { list.appendChild(h('div', { style: 'display:contents' }, [h('dt', { text: a.name }), h('dd', { text: a.value })])); });
+    var left = h('p', { class: 'left', 'aria-live': 'off' }), note = h('p', { class: 'note', role: 'alert' });
+    var list = h('dl'), editable = c.editable || [], fields = [];
+    function addField(f) { var x = fieldInput(f); fields.push(x); list.appendChild(x.row); }
+    // Each editable line becomes its input where the line stands; fields the call left out follow.
+    c.arguments.forEach(function (a) {
+      var f = editable.filter(function (e) { return e.name === a.name; })[0];
+      if (f) addField(f); else list.appendChild(row(h('dt', { text: a.name }), h('dd', { text: a.value })));
+    });
+    editable.forEach(function (f) { if (!fields.some(function (x) { return x.f === f; })) addField(f); });
     var cancel = h('button', { type: 'button', class: 'cancel', text: 'Cancel', 'aria-label': 'Cancel: ' + c.label });
     var confirm = h('button', { type: 'button', class: 'confirm', text: 'Confirm', 'aria-label': 'Confirm: ' + c.label });
-    var el = h('div', { class: 'card', role: 'group', 'aria-label': 'Confirmation needed: ' + c.label, 'data-call': c.call }, [h('h3', { text: c.label }), list, left, h('div', { class: 'actions' }, [cancel, confirm])]);
+    var el = h('div', { class: 'card', role: 'group', tabindex: '-1', 'aria-label': 'Confirmation needed: ' + c.label, 'data-call': c.call }, [
+      h('h3', { text: c.label }), list, c.quota ? h('p', { class: 'quota', text: quotaText(c.quota) }) : null, left, note, h('div', { class: 'actions' }, [cancel, confirm])]);
     parent.appendChild(el); scroll();
     var card = { el: el, conversation: conversation, settle: function (status) { settle(status); } };
     var expires = Date.parse(c.expires_at);
-    function settle(status) {
-      clearInterval(card.timer);
-      cards = cards.filter(function (x) { return x !== card; });
-      var line = stepLine(parent, c.label, status); line.setAttribute('data-call', c.call);
-      el.replaceWith(line);
-    }
+    function retire() { clearInterval(card.timer); cards = cards.filter(function (x) { return x !== card; }); }
+    function settle(status) { retire(); el.replaceWith(stepLine(parent, c.label, status, c.call)); }
+    function lock(on) { cancel.disabled = confirm.disabled = on; fields.forEach(function (x) { x.el.disabled = on; }); }
     function tick() {
       var s = Math.max(0, Math.round((expires - Date.now()) / 1000));
       if (s <= 0) { settle('expired'); return; }
@@ -281,19 +321,44 @@
     async function answer(decision) {
       // A card is answered only while the widget is open on its conversation.
       if (busy || !isOpen() || state.conversation !== conversation) return;
-      cancel.disabled = confirm.disabled = true;
-      var code = await ask({ conversation: conversation, call: c.call, decision: decision, signature: c.signature }, function (status) { settle(status); });
-      if (code === 'confirmation_expired') settle('expired');
+      var body = { conversation: conversation, call: c.call, decision: decision, signature: c.signature };
+      var bad = fields.filter(function (x) { return !x.el.checkValidity(); })[0], edits = editsOf(fields);
+      note.textContent = '';
+      if (decision === 'confirm' && bad) { note.textContent = 'Please check ' + bad.f.name + '.'; bad.el.focus(); return; }
+      if (decision === 'confirm' && Object.keys(edits).length) body.edits = edits;
+      lock(true);
+      var closed = null, next = null;
+      var code = await ask(body, {
+        // An edit closes this card and the server signs a new one for the edited
+        // call: the new card takes this one's place, as the visitor's own change.
+        decided: function (status) { if (body.edits && status === 'cancelled') closed = status; else settle(status); },
+        replaced: function (n) { retire(); next = showCard(parent, n, conversation); el.replaceWith(next); },
+        invalid: function (message) { note.textContent = message; }
+      });
+      if (next) next.focus();
+      else if (closed) settle(closed);
+      else if (code === 'confirmation_expired') settle('expired');
       else if (code === 'call_not_pending') { clearInterval(card.timer); el.querySelector('.actions').remove(); left.textContent = ''; }
-      else if (code) cancel.disabled = confirm.disabled = false;
+      else if (code) { lock(false); if (code === 'invalid_edit') fields[0].el.focus(); }
     }
     cancel.addEventListener('click', function () { answer('cancel'); });
     confirm.addEventListener('click', function () { answer('confirm'); });
     card.timer = setInterval(tick, 1000); tick();
     cards.push(card);
+    return el;
   }
 
   // ---- history ---------------------------------------------------------------------
+  // An assistant message of the history, or one a teammate's decision brought live.
+  function assistantMessage(m, conversation) {
+    var b = assistantBubble(m.id); b.text = m.text || ''; b.sources = m.citations || []; render(b);
+    if (m.citations && m.citations.length) citations(b, m.citations);
+    (m.steps || []).forEach(function (s) {
+      if (s.kind === 'confirmation' && s.status === 'pending' && s.signature) showCard(b.el, s, conversation);
+      else stepLine(b.el, s.label, s.status, s.call);
+    });
+    if (m.status === 'failed' && !m.text) errorLine('This answer could not be completed.');
+  }
   async function restore() {
     if (data.greeting !== '') log.appendChild(h('div', { class: 'msg assistant greeting' }, [h('div', { class: 'body', text: data.greeting || 'Hi! How can we help you today?' })]));
     if (!state.conversation || !state.token) return;
@@ -306,13 +371,7 @@
         if (m.role === 'visitor') { visitorBubble(m.text); return; }
         if (m.role === 'operator') { operatorBubble(m); return; }
         if (m.role === 'event') { stepLine(log, m.text, 'event'); return; }
-        var b = assistantBubble(m.id); b.text = m.text; b.sources = m.citations || []; render(b);
-        if (m.citations && m.citations.length) citations(b, m.citations);
-        (m.steps || []).forEach(function (s) {
-          if (s.kind === 'confirmation' && s.status === 'pending' && s.signature) showCard(b.el, s, convo.id);
-          else stepLine(b.el, s.label, s.status).setAttribute('data-call', s.call);
-        });
-        if (m.status === 'failed' && !m.text) errorLine('This answer could not be completed.');
+        assistantMessage(m, convo.id);
       });
       showHolder({ holder: state.holder || 'assistant', name: state.holderName });
       listen();
@@ -322,11 +381,11 @@
   function newConversation() { state.conversation = null; state.seen = 0; save(); stopListening(); showHolder({ holder: 'assistant' }); clearLog(); restore(); input.focus(); }
 
   // ---- a person at the desk (SPEC §19) --------------------------------------------
-  var shown = {}; // operator messages on screen, by id
   var listening = null; // the conversation whose live channel is open
+  // A message comes once: a replay after a reconnect or a reload finds it drawn.
+  function onScreen(id) { return !!log.querySelector('.msg[data-message="' + window.CSS.escape(id) + '"]'); }
   function operatorBubble(m) {
-    if (shown[m.id]) return;
-    shown[m.id] = true;
+    if (onScreen(m.id)) return;
     // An operator's words are plain text: no Markdown, no links made.
     log.appendChild(h('div', { class: 'msg operator', 'data-message': m.id }, [h('span', { class: 'who', text: m.name || 'Support team' }), h('div', { class: 'body', text: m.text })]));
     scroll();
@@ -373,14 +432,23 @@
   }
   // An operator cancelled a card: it closes here too, not only on its next click.
   function closeCard(e) {
+    // A line waiting for a teammate turns into the decision's line (SPEC §20).
+    // Only a waiting line changes, so a replayed older event cannot undo a newer line.
+    if (e.status !== 'awaiting_approval') log.querySelectorAll('.step[data-status="awaiting_approval"][data-call="' + window.CSS.escape(e.call) + '"]').forEach(function (old) {
+      old.replaceWith(stepLine(old.parentNode, old.getAttribute('data-label'), e.status, e.call));
+    });
     cards.filter(function (c) { return c.el.getAttribute('data-call') === e.call; }).forEach(function (c) { c.settle(e.status); });
   }
+  // The assistant's continuation after a teammate decided (SPEC §20).
+  function answerEvent(m) { if (!onScreen(m.id)) assistantMessage(m, state.conversation); }
   function stopListening() { if (listening) listening.abort(); listening = null; }
-  // The live channel: operator replies and changes of holder, resumed after
-  // the last event seen (Last-Event-ID), reconnecting after a drop.
+  // The live channel: operator replies, changes of holder and teammates'
+  // decisions, resumed after the last event seen (Last-Event-ID), reconnecting
+  // after a drop. A site without a desk opens it only while a call waits for a
+  // teammate, and keeps it open for the rest of the conversation.
   async function listen() {
     var convo = state.conversation;
-    if (!state.handoff || !convo || (listening && listening.convo === convo)) return;
+    if (!(state.handoff || log.querySelector('.step[data-status="awaiting_approval"]')) || !convo || (listening && listening.convo === convo)) return;
     stopListening();
     var ctl = new AbortController(); ctl.convo = convo; listening = ctl;
     var renew = false;
@@ -393,7 +461,7 @@
         renew = r.status === 401 && !renew;
         if (renew) continue;
         if (r.status === 404 || r.status === 401) { if (listening === ctl) listening = null; return; }
-        if (r.ok) { wait = 1000; await stream(r, { message: function (m) { typingOff(); operatorBubble(m); }, holder: showHolder, typing: typingOn, card: closeCard }, function (id) { state.seen = Number(id); save(); }); }
+        if (r.ok) { wait = 1000; await stream(r, { message: function (m) { typingOff(); operatorBubble(m); }, holder: showHolder, typing: typingOn, card: closeCard, answer: answerEvent }, function (id) { state.seen = Number(id); save(); }); }
       } catch (e) { if (ctl.signal.aborted) return; }
       await new Promise(function (ok) { setTimeout(ok, wait); });
     }

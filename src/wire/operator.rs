@@ -279,3 +279,56 @@ pub struct LiveChange {
     /// `started`, `card_raised`, `card_answered` or `turn_ended`.
     pub change: &'static str,
 }
+
+// ---- approvals (§20) ----------------------------------------------------------
+
+/// `GET /v1/operator/approvals`: the calls waiting for a teammate, oldest first.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ApprovalsView {
+    pub items: Vec<ApprovalItem>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ApprovalItem {
+    pub call: String,
+    pub site: String,
+    pub conversation: String,
+    pub visitor: String,
+    pub tool: String,
+    pub label: String,
+    pub policy: crate::states::Policy,
+    /// The lines that will run, as the visitor's card shows them.
+    pub arguments: Vec<super::ArgLine>,
+    pub requested_at: String,
+    pub expires_at: String,
+    /// What `POST /v1/operator/approvals/{call}` must send back.
+    pub signature: String,
+    pub approvers: Vec<crate::states::OperatorRole>,
+    /// Whether the signed-in operator's role may approve it.
+    pub can_approve: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalDecision {
+    Approve,
+    Decline,
+}
+
+/// `POST /v1/operator/approvals/{call}`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalBody {
+    pub decision: ApprovalDecision,
+    pub signature: String,
+    /// Shown to the model with a decline (at most 1,000 characters).
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ApprovalResult {
+    pub call: String,
+    /// `confirmed` (approved: the call runs) or `cancelled` (declined).
+    pub status: crate::states::CallStatus,
+}

@@ -4,7 +4,7 @@
 mod balanced;
 mod channel;
 mod console;
-mod crash;
+pub(crate) mod crash;
 mod holders;
 mod metrics;
 mod nobody;

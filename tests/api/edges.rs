@@ -239,11 +239,16 @@ async fn decide_after_expiry(swept: bool) -> deskbell::store::Decided {
     // When swept, the decision still believes the call pending, its clock read
     // before the expiry.
     let now = if swept { after - 2 } else { after };
-    let confirmed = deskbell::store::CallStatus::Confirmed;
+    let confirmed = deskbell::store::Step {
+        from: deskbell::store::CallStatus::Pending,
+        to: deskbell::store::CallStatus::Confirmed,
+        reason: None,
+        by: None,
+    };
     t.app
         .store
         .cards()
-        .decide(&call, confirmed, None, now, &bubble, None)
+        .decide(&call, confirmed, now, &bubble, None)
         .await
         .unwrap()
 }

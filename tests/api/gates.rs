@@ -1,7 +1,10 @@
 //! Approvals beyond the visitor (SPEC §20): rules by argument value, quotas,
 //! and edits re-signed as new cards.
 
+mod approvals;
+mod crash;
 mod edits;
+mod property;
 mod quotas;
 mod rules;
 
@@ -46,6 +49,8 @@ pub fn order_tool(url: String) -> ToolConfig {
             "note".into(),
         ],
         quota: None,
+        approvers: vec![deskbell::states::OperatorRole::Admin],
+        approval_ttl_min: 60.0,
         secret: None,
     }
 }

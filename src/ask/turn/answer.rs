@@ -9,10 +9,11 @@ use crate::confirm::{self, Verified};
 use crate::ids::new_id;
 use crate::llm::{ChatMessage, ModelStream, ProviderError};
 use crate::states::CallKind;
+use crate::states::{CallStatus, Policy};
 use crate::store::{BudgetShare, CallRow, StreamingAnswer};
 use crate::tools::Tool;
 use crate::tools::arguments::Arguments;
-use crate::wire::{Citation, Decision, StreamEvent};
+use crate::wire::{Citation, Decision, StreamEvent, TurnStatus};
 
 impl Turn {
     pub(super) async fn run_answer(
@@ -21,6 +22,11 @@ impl Turn {
         decision: Decision,
     ) -> anyhow::Result<()> {
         let Verified { mut call, tool } = verified;
+        // A `confirm+approve` card goes on to a teammate once confirmed; it
+        // runs when they approve (SPEC §20).
+        if decision == Decision::Confirm && tool.policy == Policy::ConfirmApprove {
+            return self.send_to_teammate(&call, &tool).await;
+        }
         let (context, arguments) = confirm::run::prepare(&call)?;
         self.conversation = call.conversation.clone();
         self.turn = call.turn.clone();
@@ -77,9 +83,27 @@ impl Turn {
         }
     }
 
+    /// The visitor confirmed a card that also needs a teammate: it waits in
+    /// the approvals queue, and this turn ends waiting with it.
+    async fn send_to_teammate(&mut self, call: &CallRow, tool: &Tool) -> anyhow::Result<()> {
+        if let Err(refusal) = confirm::approval::await_teammate(&self.app, call, tool).await {
+            self.start(Err(refusal));
+            return Ok(());
+        }
+        self.start(Ok(()));
+        self.sink
+            .send(StreamEvent::Decision {
+                call: call.id.clone(),
+                status: CallStatus::AwaitingApproval,
+            })
+            .await;
+        self.end_with(TurnStatus::AwaitingConfirmation).await;
+        Ok(())
+    }
+
     /// The model's messages for a continuation: the rebuilt system message (with no
     /// retrieval: its only sources are tool results) and the stored transcript.
-    fn continuation(&self, context: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    pub(super) fn continuation(&self, context: Vec<ChatMessage>) -> Vec<ChatMessage> {
         let mut messages = vec![prompt::system(
             &self.caller.site.config,
             Part::Continuation,
@@ -92,7 +116,7 @@ impl Turn {
     /// Runs a confirmed call with exactly its stored arguments and continues the
     /// turn into `bubble` with its result. Used for a visitor's answer and for a
     /// call delivered again after a crash alike.
-    async fn continue_confirmed(
+    pub(super) async fn continue_confirmed(
         &mut self,
         call: &CallRow,
         tool: &Tool,

@@ -149,7 +149,7 @@ impl Turn {
         self.end_with(TurnStatus::Failed).await;
     }
 
-    async fn end_with(&mut self, status: TurnStatus) {
+    pub(super) async fn end_with(&mut self, status: TurnStatus) {
         self.ended(status);
         self.sink
             .send(StreamEvent::Done {

@@ -13,6 +13,7 @@
 //! streaming state, some 6 KB rather than 35 KB.
 
 mod answer;
+mod approved;
 mod calls;
 mod finish;
 mod handoff;
@@ -67,6 +68,8 @@ pub(in crate::ask) struct Bubble {
     pub id: String,
     pub text: String,
 }
+
+pub(in crate::ask) use approved::Teammate;
 
 pub struct Turn {
     app: App,

@@ -3,7 +3,7 @@
 // shown. Exports ignore every filter but the site, and the page says so.
 
 import { h, view, pageTitle, field, select, table, emptyRow, errorText, badge, timeEl, enc, qs, toRfc3339 } from './dom.js';
-import { POLICY, EVENTS, EVENT_LABEL } from './labels.js';
+import { POLICY_NAME, EVENTS, EVENT_LABEL } from './labels.js';
 import { siteName, siteOptions } from './state.js';
 import { pagedList } from './paged.js';
 
@@ -21,13 +21,13 @@ function auditCells(r, compact) {
   if (!compact) {
     cells.push(
       h('td', {}, [r.tool ? h('code', { text: r.tool }) : '—']),
-      h('td', { text: r.policy ? POLICY[r.policy] || r.policy : '—' }),
+      h('td', { text: r.policy ? POLICY_NAME[r.policy] || r.policy : '—' }),
       h('td', {}, [r.call ? h('code', { text: r.call }) : '—']),
       h('td', {}, [r.conversation ? h('a', { href: '#/conversations/' + enc(r.conversation), text: r.conversation }) : '—']),
       h('td', { text: r.operator || '—' }),
     );
   } else {
-    cells.push(h('td', { text: r.policy ? POLICY[r.policy] || r.policy : '—' }), h('td', { text: r.operator || '—' }));
+    cells.push(h('td', { text: r.policy ? POLICY_NAME[r.policy] || r.policy : '—' }), h('td', { text: r.operator || '—' }));
   }
   cells.push(h('td', { class: 'wide' }, [args]));
   return h('tr', { 'data-event': r.event }, cells);

@@ -4,7 +4,7 @@
 // does not disturb reading or announce nothing new.
 
 import { h, view, pageTitle, errorText, timeEl, announce, enc, idPart, num } from './dom.js';
-import { POLICY } from './labels.js';
+import { POLICY_NAME } from './labels.js';
 import { api } from './api.js';
 import { siteName } from './state.js';
 import { onLive, debounced } from './live.js';
@@ -67,7 +67,7 @@ function callView(c) {
     h('h3', { id: hid }, [h('code', { text: c.tool }), ' · ' + c.label]),
     h('dl', { class: 'meta' }, [
       row('Call', h('code', { text: c.call })),
-      row('Policy', POLICY[c.policy] || c.policy),
+      row('Policy', POLICY_NAME[c.policy] || c.policy),
       row('Kind', c.kind === 'confirmation' ? 'Needs confirmation' : 'Ran automatically'),
       row('Status', stepLine(c.status, '', null)),
       row('Reason', c.reason),

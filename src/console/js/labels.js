@@ -3,6 +3,9 @@
 // same way, and so a new code needs one edit.
 
 export const POLICY = { off: 'Off', auto: 'Runs automatically', confirm: 'Needs confirmation' };
+// Every policy's name where one is shown. The teammate policies (SPEC §20) come
+// from the config file with their approvers, so the Tools page offers only POLICY.
+export const POLICY_NAME = { ...POLICY, approve: 'Needs a teammate’s approval', 'confirm+approve': 'Needs confirmation and a teammate’s approval' };
 export const STATUS = { answered: 'Answered', awaiting_confirmation: 'Awaiting confirmation', failed: 'Failed', streaming: 'Streaming', sent: 'Sent' };
 export const EVENTS = ['requested', 'confirmed', 'cancelled', 'expired', 'executed', 'failed', 'refused', 'tool_changed'];
 export const EVENT_LABEL = { requested: 'Requested', confirmed: 'Confirmed', cancelled: 'Cancelled', expired: 'Expired', executed: 'Executed', failed: 'Failed', refused: 'Refused', tool_changed: 'Tool changed' };
@@ -11,4 +14,5 @@ export const STEP = {
   running: ['…', '', 'Running…'], succeeded: ['✓', 'ok', 'Succeeded'], failed: ['✗', 'bad', 'Failed'],
   refused: ['✗', 'bad', 'Refused'], confirmed: ['✓', 'ok', 'Confirmed'], cancelled: ['', '', 'Cancelled'],
   expired: ['', '', 'Expired'], pending: ['', '', 'Waiting for the visitor'],
+  awaiting_approval: ['', '', 'Waiting for a teammate'],
 };

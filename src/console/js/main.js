@@ -15,15 +15,16 @@ import { pageTools } from './tools.js';
 import { pageKnowledge } from './knowledge.js';
 import { pageUsage } from './usage.js';
 import { pageQueue, startQueueWatch } from './desk.js';
+import { pageApprovals, startApprovalsWatch } from './approvals.js';
 
 let current = null; // The page on screen: { alive, cleanups }.
-let stopQueueWatch = null; // Ends the queue badge's watch at sign-out.
+let stopWatches = null; // Ends the queue's and approvals' badge watches at sign-out.
 
 // ---- signing in and out ---------------------------------------------------------------
 
 function showSignIn(message) {
   closeEvents();
-  if (stopQueueWatch) { stopQueueWatch(); stopQueueWatch = null; }
+  if (stopWatches) { stopWatches(); stopWatches = null; }
   leavePage();
   state.operator = null; state.csrf = null;
   document.body.removeAttribute('data-role');
@@ -87,7 +88,10 @@ async function signedIn(session, moveFocus) {
   try { state.sites = (await api('GET', '/sites')).items; } catch { state.sites = []; }
   if (!state.operator) return; // The session ended while the sites loaded.
   openEvents();
-  if (!stopQueueWatch) stopQueueWatch = startQueueWatch(state.listeners);
+  if (!stopWatches) {
+    const watches = [startQueueWatch(state.listeners), startApprovalsWatch(state.listeners)];
+    stopWatches = () => watches.forEach((stop) => stop());
+  }
   // A hash that is not a page (an old #main) would leave the view empty: start on the list.
   if (!location.hash.startsWith('#/')) history.replaceState(null, '', '#/conversations');
   route(moveFocus);
@@ -104,6 +108,7 @@ async function signOut() {
 
 const ROUTES = [
   [/^#\/queue\/?$/, 'queue', pageQueue],
+  [/^#\/approvals\/?$/, 'approvals', pageApprovals],
   [/^#\/conversations\/?$/, 'conversations', pageConversations],
   [/^#\/conversations\/([^/]+)$/, 'conversations', pageConversation],
   [/^#\/audit\/?$/, 'audit', pageAudit],

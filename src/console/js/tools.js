@@ -4,7 +4,7 @@
 // change the server did not make.
 
 import { h, view, pageTitle, field, select, errorText, timeEl, announce, enc, idPart, qs } from './dom.js';
-import { POLICY } from './labels.js';
+import { POLICY, POLICY_NAME } from './labels.js';
 import { api } from './api.js';
 import { state, siteName, isAdmin, siteOptions } from './state.js';
 import { argLines } from './messages.js';
@@ -73,7 +73,7 @@ function toolArticle(t, message) {
     : ['As in the config file.']));
   const facts = [row('Source', t.source), h('div', { class: 'span-all' }, [h('dt', { text: 'Executor URL' }), h('dd', {}, [h('code', { text: t.url })])]), row('Timeout', `${t.timeout_s} s`)];
   if (!isAdmin()) {
-    facts.unshift(row('Shown to visitors', t.label), row('Description', t.description || '—'), row('Policy', POLICY[t.policy] || t.policy));
+    facts.unshift(row('Shown to visitors', t.label), row('Description', t.description || '—'), row('Policy', POLICY_NAME[t.policy] || t.policy));
   }
   el.append(h('div', { class: 'tool-body' }, [
     h('div', {}, [h('dl', { class: 'meta' }, facts), isAdmin() ? toolForm(t, key, path, el, message) : null]),
@@ -99,7 +99,7 @@ function toolForm(t, key, path, article, message) {
   const save = h('button', { type: 'submit', class: 'save', text: 'Save' });
   const reset = h('button', { type: 'button', class: 'secondary reset', text: 'Reset to file', disabled: !t.changed });
   const fromFile = t.changed && t.file
-    ? h('p', { class: 'muted small' }, [`The file says: “${t.file.label}”, ${POLICY[t.file.policy] || t.file.policy}.`])
+    ? h('p', { class: 'muted small' }, [`The file says: “${t.file.label}”, ${POLICY_NAME[t.file.policy] || t.file.policy}.`])
     : null;
   const form = h('form', { class: 'tool-form', 'aria-label': 'Change ' + t.name }, [
     field('Shown to visitors', label), field('Description', description),

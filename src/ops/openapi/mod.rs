@@ -154,7 +154,7 @@ struct StatusDoc {
         operations::knowledge_search, operations::tokens,
         operations::token_revoke, desk::handoff, desk::events, desk::takeover,
         desk::reply, desk::release, desk::contact, desk::queue, desk::presence,
-        desk::cancel_card, desk::typing,
+        desk::cancel_card, desk::typing, approvals::list, approvals::decide,
     ),
     components(schemas(ErrorBody, ErrorDetail, ErrorCodeDoc, StreamEvent, AuditEntryDoc, StatusDoc)),
     modifiers(&Security),
@@ -213,6 +213,7 @@ pub async fn openapi_json() -> impl IntoResponse {
 }
 
 // The operations: `openapi/operations.rs`.
+mod approvals;
 mod desk;
 mod operations;
 

@@ -14,7 +14,7 @@ use deskbell::testkit::Reply as Script;
 
 /// Ada, an agent named "Ada" in the database at `database_url`, signed in to
 /// the console of the server at `base`: her cookie and CSRF token.
-pub(super) async fn ada_at(database_url: &str, base: &str) -> (String, String) {
+pub(crate) async fn ada_at(database_url: &str, base: &str) -> (String, String) {
     let store = deskbell::store::Store::connect(database_url, Default::default())
         .await
         .unwrap();
@@ -51,7 +51,7 @@ async fn sign_in(base: &str, email: &str) -> (String, String) {
     )
 }
 
-pub(super) async fn operator_post(
+pub(crate) async fn operator_post(
     base: &str,
     (cookie, csrf): &(String, String),
     path: &str,
