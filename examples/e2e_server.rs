@@ -6,6 +6,8 @@
 //! model reply (`{"text"}`, `{"tool_calls": [{"name", "arguments"}]}` or
 //! `{"status"}`), `GET /__calls` lists the tool calls received.
 //! `DESKBELL_ACTION_APPROVAL_TTL_MIN` sets the card lifetime as usual.
+//! `DESKBELL_E2E_TOOLS` adds a test file's own `[[site.tool]]` tables to the
+//! site, with `{hook}` standing for the recording tool endpoint.
 
 use std::sync::Arc;
 
@@ -64,11 +66,15 @@ label = "Cancel an order"
 policy = "confirm"
 url = "{cancel}"
 input_schema = {{ type = "object", required = ["order_id"], properties = {{ order_id = {{ type = "integer", title = "Order ID" }}, reason = {{ type = "string" }} }} }}
+{extra}
 "#,
         db = dir.path().join("e2e.db").display(),
         llm = llm.base_url,
         lookup = hook.url("/lookup"),
         cancel = hook.url("/cancel"),
+        extra = std::env::var("DESKBELL_E2E_TOOLS")
+            .unwrap_or_default()
+            .replace("{hook}", &hook.base_url),
     );
     let env = Env::from_process()
         .with(

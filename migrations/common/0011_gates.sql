@@ -26,3 +26,7 @@ CREATE TABLE quota_uses (
     used    BIGINT NOT NULL,
     PRIMARY KEY (site, tool, subject, period)
 );
+
+-- The console's `confirm_when` for a tool (SPEC §20): '' turns the file's rule
+-- off (the policy's gate always holds); NULL keeps the file's.
+ALTER TABLE tool_overrides ADD COLUMN confirm_when TEXT;

@@ -21,6 +21,7 @@ const CHART_STYLE: &str = include_str!("vendor/uPlot.min.css");
 /// The page's script: native modules, one concern each (`js/main.js` first).
 const MODULES: &[(&str, &str)] = &[
     ("api.js", include_str!("js/api.js")),
+    ("approvals.js", include_str!("js/approvals.js")),
     ("audit.js", include_str!("js/audit.js")),
     ("conversation.js", include_str!("js/conversation.js")),
     ("conversations.js", include_str!("js/conversations.js")),

@@ -68,7 +68,14 @@ pub(crate) async fn deliver(app: &App, conversation: &str, message: &str) -> any
 
 pub(crate) fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -> ConversationView {
     let mut steps: HashMap<&str, Vec<StepView>> = HashMap::new();
-    for call in calls.iter().filter(|c| c.status != CallStatus::Refused) {
+    // A card the visitor's edits replaced shows as the card that replaced it
+    // (SPEC §20): the audit keeps both, history the one that counts.
+    let replaced: std::collections::HashSet<&str> = calls
+        .iter()
+        .filter_map(|c| c.edited_from.as_deref())
+        .collect();
+    let shown = |c: &&CallRow| c.status != CallStatus::Refused && !replaced.contains(c.id.as_str());
+    for call in calls.iter().filter(shown) {
         steps
             .entry(call.message.as_str())
             .or_default()

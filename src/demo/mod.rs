@@ -245,6 +245,33 @@ url = "{base}/demo-shop/change_address"
 timeout_s = 5
 secret_env = "{TOOLS_SECRET_VAR}"
 input_schema = {{ type = "object", required = ["order_id", "address"], additionalProperties = false, properties = {{ order_id = {{ type = "integer", title = "Order ID", minimum = 1 }}, address = {{ type = "object", title = "New address", required = ["street", "city", "postal_code", "country"], properties = {{ street = {{ type = "string" }}, city = {{ type = "string" }}, postal_code = {{ type = "string" }}, country = {{ type = "string" }} }} }} }} }}
+
+# SPEC §20: refunds up to €100 run on their own; above that the visitor
+# confirms and a teammate approves in the console; at most 3 a month each.
+[[site.tool]]
+name = "refund"
+label = "Refund an order"
+description = "Refund part or all of an order's price to the customer, in euros."
+policy = "confirm+approve"
+confirm_when = "args.amount > 100"
+approvers = ["agent", "admin"]
+quota = {{ per = "visitor", window = "month", max = 3 }}
+url = "{base}/demo-shop/refund"
+timeout_s = 5
+secret_env = "{TOOLS_SECRET_VAR}"
+input_schema = {{ type = "object", required = ["order_id", "amount"], additionalProperties = false, properties = {{ order_id = {{ type = "integer", title = "Order ID", minimum = 1 }}, amount = {{ type = "number", title = "Amount (€)", exclusiveMinimum = 0 }} }} }}
+
+# SPEC §20: the visitor may change the quantity on the card before confirming.
+[[site.tool]]
+name = "reorder"
+label = "Order the same items again"
+description = "Place a new order of the same items as an earlier order."
+policy = "confirm"
+editable = ["quantity"]
+url = "{base}/demo-shop/reorder"
+timeout_s = 5
+secret_env = "{TOOLS_SECRET_VAR}"
+input_schema = {{ type = "object", required = ["order_id", "quantity"], additionalProperties = false, properties = {{ order_id = {{ type = "integer", title = "Order ID", minimum = 1 }}, quantity = {{ type = "integer", title = "Quantity", minimum = 1, maximum = 10 }} }} }}
 "#,
         knowledge = knowledge.display()
     )

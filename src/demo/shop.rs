@@ -120,6 +120,22 @@ async fn call(
                 Json(json!({"changed": true, "order": order.clone()})),
             )
         }
+        "refund" => {
+            let amount = args["amount"].as_f64().unwrap_or(0.0);
+            (
+                StatusCode::OK,
+                Json(json!({"refunded": true, "order_id": id, "amount": amount})),
+            )
+        }
+        "reorder" => {
+            let quantity = args["quantity"].as_u64().unwrap_or(1);
+            (
+                StatusCode::OK,
+                Json(
+                    json!({"ordered": true, "from_order": id, "quantity": quantity, "items": order["items"].clone()}),
+                ),
+            )
+        }
         _ => (
             StatusCode::NOT_FOUND,
             Json(json!({"error": "unknown tool"})),

@@ -63,6 +63,7 @@ fn tool_view(site: &Site, view: &View, name: &str) -> Option<ToolView> {
         label: tool.label.clone(),
         description: tool.description.clone(),
         policy: tool.policy,
+        confirm_when: tool.rule.as_ref().map(|r| r.source.clone()),
         source: match tool.mcp {
             Some(_) => "mcp",
             None => "file",
@@ -77,6 +78,7 @@ fn tool_view(site: &Site, view: &View, name: &str) -> Option<ToolView> {
             label: file.label.clone(),
             description: file.description.clone(),
             policy: file.policy,
+            confirm_when: file.confirm_when.clone(),
         },
     })
 }
@@ -107,6 +109,7 @@ pub async fn change(
         label,
         description: change.description.as_deref(),
         policy: change.policy,
+        confirm_when: change.confirm_when.as_deref().map(str::trim),
         reset: change.reset,
         operator: &operator.email,
         at: now,
@@ -147,16 +150,26 @@ pub async fn change(
 }
 
 fn check(change: &ToolChange) -> Result<(), ApiError> {
-    let fields = change.label.is_some() || change.description.is_some() || change.policy.is_some();
+    let fields = change.label.is_some()
+        || change.description.is_some()
+        || change.policy.is_some()
+        || change.confirm_when.is_some();
     if change.reset && fields {
         return Err(ApiError::InvalidRequest(
-            "reset: comes alone, without label, description or policy".into(),
+            "reset: comes alone, without label, description, policy or confirm_when".into(),
         ));
     }
     if !change.reset && !fields {
         return Err(ApiError::InvalidRequest(
-            "body: give label, description or policy, or reset".into(),
+            "body: give label, description, policy or confirm_when, or reset".into(),
         ));
+    }
+    // A rule that does not compile is refused with its position, as at load.
+    if let Some(rule) = change.confirm_when.as_deref().map(str::trim)
+        && !rule.is_empty()
+        && let Err(why) = crate::tools::rule::Rule::compile(rule)
+    {
+        return Err(ApiError::InvalidRequest(format!("confirm_when: {why}")));
     }
     if let Some(label) = &change.label {
         let chars = label.trim().chars().count();
@@ -195,6 +208,9 @@ fn change_json(change: &ToolChange) -> Result<String, ApiError> {
     }
     if let Some(policy) = change.policy {
         value.insert("policy".into(), policy.as_str().into());
+    }
+    if let Some(rule) = &change.confirm_when {
+        value.insert("confirm_when".into(), rule.trim().into());
     }
     serde_json_canonicalizer::to_string(&serde_json::Value::Object(value))
         .map_err(|e| ApiError::Internal(e.into()))

@@ -12,7 +12,7 @@ use crate::app::{App, Site};
 use crate::budget::utc_day;
 use crate::error::ApiError;
 use crate::states::{AuditEvent, Policy};
-use crate::wire::{DayUsage, SiteUsage, UsageView};
+use crate::wire::{DayUsage, QuotaUsage, SiteUsage, UsageView};
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -92,5 +92,40 @@ async fn site_usage(app: &App, site: &Site, first: i64, today: i64) -> Result<Si
         site: id.clone(),
         daily_token_budget: site.config.limits.daily_token_budget,
         days,
+        quotas: quota_usage(app, site).await?,
     })
+}
+
+/// The site's counted quota uses of this UTC day and month, for the tools
+/// whose quota counts in that window.
+async fn quota_usage(app: &App, site: &Site) -> Result<Vec<QuotaUsage>, ApiError> {
+    use crate::config::{QuotaPer, QuotaWindow};
+    let tools = site.tools.last_read();
+    let now = app.clock.now_ms();
+    let periods = [QuotaWindow::Day, QuotaWindow::Month]
+        .map(|w| crate::confirm::quota::period(w, now))
+        .to_vec();
+    let counted = app
+        .store
+        .quotas()
+        .of_site(&site.config.id, &periods, 100)
+        .await?;
+    Ok(counted
+        .into_iter()
+        .filter_map(|c| {
+            let quota = tools.get(&c.tool)?.quota?;
+            let window = crate::confirm::quota::period(quota.window, now);
+            (window == c.period).then(|| QuotaUsage {
+                per: match quota.per {
+                    QuotaPer::Visitor => "visitor".into(),
+                    QuotaPer::Site => "site".into(),
+                },
+                visitor: (quota.per == QuotaPer::Visitor).then(|| c.subject.clone()),
+                tool: c.tool,
+                period: c.period,
+                used: c.used,
+                max: quota.max,
+            })
+        })
+        .collect())
 }

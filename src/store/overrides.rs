@@ -18,6 +18,8 @@ pub struct ToolOverride {
     pub label: Option<String>,
     pub description: Option<String>,
     pub policy: Option<Policy>,
+    /// `Some("")`: no rule, whatever the file says.
+    pub confirm_when: Option<String>,
     pub operator: String,
     pub changed_at: Millis,
 }
@@ -54,7 +56,7 @@ impl ToolOverrides<'_> {
                 .fetch_optional(&mut *tx)
                 .await?;
         let rows = sqlx::query(
-            "SELECT tool, label, description, policy, operator, changed_at FROM tool_overrides WHERE site = $1",
+            "SELECT tool, label, description, policy, confirm_when, operator, changed_at FROM tool_overrides WHERE site = $1",
         )
         .bind(site)
         .fetch_all(&mut *tx)
@@ -68,6 +70,7 @@ impl ToolOverrides<'_> {
                     label: r.try_get("label")?,
                     description: r.try_get("description")?,
                     policy: optional_state(r, "policy", Policy::parse)?,
+                    confirm_when: r.try_get("confirm_when")?,
                     operator: r.try_get("operator")?,
                     changed_at: r.try_get("changed_at")?,
                 })
@@ -96,10 +99,11 @@ impl ToolOverrides<'_> {
                 .await?;
         } else {
             sqlx::query(
-                "INSERT INTO tool_overrides (site, tool, label, description, policy, operator, changed_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (site, tool) DO UPDATE SET \
+                "INSERT INTO tool_overrides (site, tool, label, description, policy, operator, changed_at, confirm_when) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (site, tool) DO UPDATE SET \
                  label = COALESCE($3, tool_overrides.label), description = COALESCE($4, tool_overrides.description), \
-                 policy = COALESCE($5, tool_overrides.policy), operator = $6, changed_at = $7",
+                 policy = COALESCE($5, tool_overrides.policy), operator = $6, changed_at = $7, \
+                 confirm_when = COALESCE($8, tool_overrides.confirm_when)",
             )
             .bind(change.site)
             .bind(change.tool)
@@ -108,6 +112,7 @@ impl ToolOverrides<'_> {
             .bind(change.policy.map(Policy::as_str))
             .bind(change.operator)
             .bind(change.at)
+            .bind(change.confirm_when)
             .execute(&mut *tx)
             .await?;
         }
@@ -144,6 +149,8 @@ pub struct ToolEdit<'a> {
     pub label: Option<&'a str>,
     pub description: Option<&'a str>,
     pub policy: Option<Policy>,
+    /// A new `confirm_when`; `Some("")` turns the rule off.
+    pub confirm_when: Option<&'a str>,
     pub reset: bool,
     pub operator: &'a str,
     pub at: Millis,

@@ -188,6 +188,9 @@ pub fn apply(file: &[ToolConfig], overrides: &HashMap<String, ToolOverride>) -> 
                 if let Some(policy) = o.policy {
                     tool.policy = policy;
                 }
+                if let Some(rule) = &o.confirm_when {
+                    tool.confirm_when = (!rule.is_empty()).then(|| rule.clone());
+                }
             }
             tool
         })

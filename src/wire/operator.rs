@@ -32,6 +32,8 @@ pub struct ToolChange {
     pub label: Option<String>,
     pub description: Option<String>,
     pub policy: Option<Policy>,
+    /// A CEL rule on `args` (SPEC §20); `""` turns the rule off.
+    pub confirm_when: Option<String>,
     #[serde(default)]
     pub reset: bool,
 }
@@ -151,6 +153,8 @@ pub struct ToolView {
     pub label: String,
     pub description: String,
     pub policy: Policy,
+    /// The `confirm_when` rule in force, if any (SPEC §20).
+    pub confirm_when: Option<String>,
     pub source: &'static str,
     pub url: String,
     pub timeout_s: f64,
@@ -167,6 +171,7 @@ pub struct ToolFileView {
     pub label: String,
     pub description: String,
     pub policy: Policy,
+    pub confirm_when: Option<String>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -185,6 +190,22 @@ pub struct SiteUsage {
     pub site: String,
     pub daily_token_budget: u64,
     pub days: Vec<DayUsage>,
+    /// Quota use this UTC day and month, most used first (SPEC §20).
+    pub quotas: Vec<QuotaUsage>,
+}
+
+/// How much of a tool's quota one visitor (or the site) used in a period.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct QuotaUsage {
+    pub tool: String,
+    /// `visitor` or `site`.
+    pub per: String,
+    /// The visitor's id, for a quota per visitor.
+    pub visitor: Option<String>,
+    /// `2026-12-04` (a day) or `2026-12` (a month), UTC.
+    pub period: String,
+    pub used: i64,
+    pub max: u32,
 }
 
 #[derive(Debug, Default, Clone, Serialize, utoipa::ToSchema)]

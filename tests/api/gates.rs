@@ -4,6 +4,7 @@
 mod approvals;
 mod crash;
 mod edits;
+mod notices;
 mod property;
 mod quotas;
 mod rules;

@@ -387,3 +387,74 @@ async fn a_tool_change_racing_an_answer_to_its_card_gives_one_outcome() {
     }
     assert_eq!(outcomes.0 + outcomes.1, 8);
 }
+
+#[tokio::test]
+async fn an_admin_sets_a_rule_in_the_console_and_it_decides_the_next_call() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    // A refund card raised before the change goes stale with it.
+    t.llm
+        .push(Script::tool_calls(&[("refund", json!({"amount": 500}))]));
+    let r = t.question(&token, None, "Refund 500").await;
+    let (conversation, card) = (r.conversation(), r.event("confirm").clone());
+
+    let agent = t.console(OperatorRole::Agent).await;
+    let r = agent
+        .patch_tool(
+            "acme",
+            "refund",
+            json!({"confirm_when": "args.amount > 100"}),
+        )
+        .await;
+    assert_eq!(r.status, 403);
+    let admin = t.console(OperatorRole::Admin).await;
+    let bad = admin
+        .patch_tool("acme", "refund", json!({"confirm_when": "args.amount >"}))
+        .await;
+    assert_eq!(bad.status, 400);
+    assert!(
+        bad.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("confirm_when: does not compile at line 1, column "),
+        "{:?}",
+        bad.json
+    );
+    let r = admin
+        .patch_tool(
+            "acme",
+            "refund",
+            json!({"confirm_when": "args.amount > 100"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    assert_eq!(r.json["confirm_when"], "args.amount > 100");
+    assert_eq!(r.json["file"]["confirm_when"], serde_json::Value::Null);
+    let stale = t.answer(&token, &conversation, &card, "confirm").await;
+    assert_eq!(stale.json["error"]["code"], "call_not_pending");
+
+    // Below the rule the call now runs on its own.
+    t.llm
+        .push(Script::tool_calls(&[("refund", json!({"amount": 20}))]));
+    t.llm.push(Script::text("Refunded."));
+    let r = t.question(&token, None, "Refund 20").await;
+    assert!(!r.names().contains(&"confirm"), "{:?}", r.names());
+    assert_eq!(t.hook.calls().len(), 1);
+    let changed = t
+        .audit()
+        .await
+        .into_iter()
+        .find(|r| r.event.as_str() == "tool_changed")
+        .unwrap();
+    assert_eq!(changed.arguments, r#"{"confirm_when":"args.amount > 100"}"#);
+
+    // An empty rule turns it off: every call gets its card again.
+    let r = admin
+        .patch_tool("acme", "refund", json!({"confirm_when": ""}))
+        .await;
+    assert_eq!(r.json["confirm_when"], serde_json::Value::Null);
+    t.llm
+        .push(Script::tool_calls(&[("refund", json!({"amount": 20}))]));
+    let r = t.question(&token, None, "Refund 20 again").await;
+    assert!(r.names().contains(&"confirm"), "{:?}", r.names());
+}

@@ -1,15 +1,18 @@
 // The Tools page: each site's tools, a card preview anyone can try, and for
-// admins a form to change a tool's label, description and policy. After a save
+// admins a form to change a tool's label, description, policy and rule
+// (confirm_when, SPEC §20: when the policy's gate applies). After a save
 // the tool is redrawn from the server's answer, so the page never shows a
 // change the server did not make.
 
 import { h, view, pageTitle, field, select, errorText, timeEl, announce, enc, idPart, qs } from './dom.js';
-import { POLICY, POLICY_NAME } from './labels.js';
+import { POLICY_NAME } from './labels.js';
 import { api } from './api.js';
 import { state, siteName, isAdmin, siteOptions } from './state.js';
 import { argLines } from './messages.js';
 
 let toolsSite = '';
+const RULE = 'Rule (confirm_when)';
+const RULE_HINT = 'A CEL expression on the call’s arguments, such as args.amount > 100: the policy’s gate applies only when it is true. Empty: always.';
 
 /** Example arguments from a JSON schema: integers 42, strings "example", booleans true, enums their first value. */
 function example(schema, depth = 0) {
@@ -66,14 +69,15 @@ function toolArticle(t, message) {
   const key = idPart(t.site) + '-' + idPart(t.name);
   const path = `/tools/${enc(t.site)}/${enc(t.name)}`;
   const row = (name, value) => h('div', {}, [h('dt', { text: name }), h('dd', {}, [value])]);
-  const el = h('article', { class: 'tool', id: 'tool-' + key, 'data-site': t.site, 'data-tool': t.name, 'data-policy': t.policy, 'aria-labelledby': `tool-${key}-name` });
+  const el = h('article', { class: 'tool', id: 'tool-' + key, 'data-site': t.site, 'data-tool': t.name, 'data-policy': t.policy, 'data-confirm-when': t.confirm_when || null, 'aria-labelledby': `tool-${key}-name` });
   el.append(h('h3', { id: `tool-${key}-name` }, [h('code', { text: t.name })]));
   el.append(h('p', { class: 'changed muted small' }, t.changed
     ? ['Changed in console by ', t.changed_by || 'an operator', ' at ', timeEl(t.changed_at), '.']
     : ['As in the config file.']));
   const facts = [row('Source', t.source), h('div', { class: 'span-all' }, [h('dt', { text: 'Executor URL' }), h('dd', {}, [h('code', { text: t.url })])]), row('Timeout', `${t.timeout_s} s`)];
   if (!isAdmin()) {
-    facts.unshift(row('Shown to visitors', t.label), row('Description', t.description || '—'), row('Policy', POLICY_NAME[t.policy] || t.policy));
+    facts.unshift(row('Shown to visitors', t.label), row('Description', t.description || '—'), row('Policy', POLICY_NAME[t.policy] || t.policy),
+      h('div', { class: 'span-all' }, [h('dt', { text: RULE }), h('dd', {}, [t.confirm_when ? h('code', { text: t.confirm_when }) : 'None: the policy always applies'])]));
   }
   el.append(h('div', { class: 'tool-body' }, [
     h('div', {}, [h('dl', { class: 'meta' }, facts), isAdmin() ? toolForm(t, key, path, el, message) : null]),
@@ -88,26 +92,41 @@ function toolArticle(t, message) {
 function toolForm(t, key, path, article, message) {
   const label = h('input', { id: `tool-${key}-label`, type: 'text', value: t.label, autocomplete: 'off' });
   const description = h('textarea', { id: `tool-${key}-description`, rows: '3', text: t.description });
-  const radios = Object.entries(POLICY).map(([value, text]) => {
+  const radios = Object.entries(POLICY_NAME).map(([value, text]) => {
     const id = `tool-${key}-policy-${value}`;
     return h('div', { class: 'radio' }, [
       h('input', { type: 'radio', id, name: `policy-${key}`, value, checked: t.policy === value }),
       h('label', { for: id, text }),
     ]);
   });
+  // The rule, with its hint and the server's word on a rule that does not compile.
+  const ruleId = `tool-${key}-rule`;
+  const rule = h('input', {
+    id: ruleId, type: 'text', class: 'mono', value: t.confirm_when || '', autocomplete: 'off', spellcheck: 'false',
+    'aria-describedby': `${ruleId}-hint ${ruleId}-error`,
+  });
+  const ruleError = h('p', { id: `${ruleId}-error`, class: 'error-text small', 'aria-live': 'polite' });
+  const ruleField = h('div', { class: 'field rule' }, [
+    h('label', { for: ruleId, text: RULE }), rule,
+    h('p', { id: `${ruleId}-hint`, class: 'hint muted small', text: RULE_HINT }), ruleError,
+  ]);
+  const clearRuleError = () => { ruleError.textContent = ''; rule.removeAttribute('aria-invalid'); };
+  rule.addEventListener('input', clearRuleError);
   const status = h('p', { class: 'tool-status', role: 'status', text: message || '' });
   const save = h('button', { type: 'submit', class: 'save', text: 'Save' });
   const reset = h('button', { type: 'button', class: 'secondary reset', text: 'Reset to file', disabled: !t.changed });
   const fromFile = t.changed && t.file
-    ? h('p', { class: 'muted small' }, [`The file says: “${t.file.label}”, ${POLICY_NAME[t.file.policy] || t.file.policy}.`])
+    ? h('p', { class: 'muted small' }, [`The file says: “${t.file.label}”, ${POLICY_NAME[t.file.policy] || t.file.policy}`,
+      t.file.confirm_when ? [' only when ', h('code', { text: t.file.confirm_when })] : null, '.'].flat())
     : null;
   const form = h('form', { class: 'tool-form', 'aria-label': 'Change ' + t.name }, [
     field('Shown to visitors', label), field('Description', description),
-    h('fieldset', { class: 'policy' }, [h('legend', { text: 'Policy' }), ...radios]),
+    h('fieldset', { class: 'policy' }, [h('legend', { text: 'Policy' }), ...radios]), ruleField,
     fromFile, h('div', { class: 'actions' }, [save, reset]), status,
   ]);
   async function send(change, done) {
     save.disabled = reset.disabled = true;
+    clearRuleError();
     status.className = 'tool-status'; status.textContent = 'Saving…';
     try {
       const updated = await api('PATCH', path, change);
@@ -116,8 +135,15 @@ function toolForm(t, key, path, article, message) {
       fresh.querySelector('button.save')?.focus();
       announce(`${t.name}: ${done}`);
     } catch (e) {
-      status.className = 'tool-status error-text'; status.textContent = e.message;
       save.disabled = false; reset.disabled = !t.changed;
+      status.className = 'tool-status error-text';
+      if ('confirm_when' in change && /^confirm_when\b/.test(e.message)) {
+        // Shown by the field it is about, which takes focus so it can be fixed.
+        status.textContent = 'Not saved: the rule needs fixing.';
+        ruleError.textContent = e.message;
+        rule.setAttribute('aria-invalid', 'true');
+        rule.focus();
+      } else status.textContent = e.message;
     }
   }
   form.addEventListener('submit', (e) => {
@@ -127,6 +153,8 @@ function toolForm(t, key, path, article, message) {
     if (description.value !== t.description) change.description = description.value;
     const policy = form.querySelector(`input[name="policy-${key}"]:checked`)?.value;
     if (policy && policy !== t.policy) change.policy = policy;
+    // Sent only when changed; '' turns the rule off (the gate then always applies).
+    if (rule.value.trim() !== (t.confirm_when || '')) change.confirm_when = rule.value.trim();
     if (!Object.keys(change).length) { status.className = 'tool-status'; status.textContent = 'Nothing to save: nothing was changed.'; return; }
     send(change, 'Saved. It applies from the next model round.');
   });

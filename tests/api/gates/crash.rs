@@ -6,13 +6,14 @@
 
 use serde_json::{Value, json};
 
-use crate::crash::harness::{Server, Setup, hanging, on_postgres, setup};
+use crate::crash::harness::{Server, Setup, hanging, on_postgres, setup_with};
 use crate::desk::crash::ada_at;
 use deskbell::testkit::Reply as Script;
 
-/// The harness's site with its refund tool approved by agents or admins.
-async fn approvals_setup() -> Setup {
-    let s = setup(on_postgres()).await;
+/// The harness's site with its refund tool approved by agents or admins;
+/// `server` lines go in the `[server]` table.
+pub(super) async fn approvals_setup_with(server: &str) -> Setup {
+    let s = setup_with(on_postgres(), server, "").await;
     let text = std::fs::read_to_string(&s.config).unwrap();
     let text = text.replacen(
         "label = \"Refund a payment\"\npolicy = \"confirm\"",
@@ -24,8 +25,12 @@ async fn approvals_setup() -> Setup {
     s
 }
 
+async fn approvals_setup() -> Setup {
+    approvals_setup_with("").await
+}
+
 /// The refund waiting for a teammate: its conversation and queue item.
-async fn waiting_refund(
+pub(super) async fn waiting_refund(
     s: &Setup,
     server: &Server,
     token: &str,
@@ -53,7 +58,7 @@ async fn waiting_refund(
 }
 
 /// Approves `item` in the background: the server may die before it answers.
-fn approve_in_background(base: &str, session: &(String, String), item: &Value) {
+pub(super) fn approve_in_background(base: &str, session: &(String, String), item: &Value) {
     let request = reqwest::Client::new()
         .post(format!(
             "{base}/v1/operator/approvals/{}",

@@ -78,6 +78,16 @@ async fn a_card_shows_what_is_left_and_a_cancelled_card_gives_its_use_back() {
     // Each card is in a conversation of its own: the second is still
     // pending, so it holds its use.
     assert_eq!(third["quota"]["left"], 1);
+    // The console's usage view shows the use.
+    let admin = t.console(deskbell::states::OperatorRole::Agent).await;
+    let usage = admin.get("/v1/operator/usage?site=acme&days=1").await;
+    let quotas = &usage.json["sites"][0]["quotas"];
+    assert_eq!(quotas.as_array().unwrap().len(), 1, "{quotas}");
+    assert_eq!(quotas[0]["tool"], "cancel_order");
+    assert_eq!(quotas[0]["per"], "visitor");
+    assert_eq!(quotas[0]["used"], 2);
+    assert_eq!(quotas[0]["max"], 3);
+    assert!(quotas[0]["visitor"].as_str().unwrap().starts_with("v_"));
 }
 
 #[tokio::test]
