@@ -200,7 +200,7 @@ test('switching lookup_order to Needs confirmation in the console makes its next
     assert.equal(await tool.getByLabel('Runs automatically').isChecked(), true);
     await checkPage(page, 'tools');
 
-    await tool.getByLabel('Needs confirmation').check();
+    await tool.getByLabel('Needs confirmation', { exact: true }).check();
     await saveTool(page, 'lookup_order');
     await page.locator('article.tool[data-tool="lookup_order"][data-policy="confirm"]').waitFor();
     assert.match(await tool.locator('.changed').innerText(), /Changed in console by admin@example\.test/);
@@ -232,6 +232,37 @@ test('switching lookup_order to Needs confirmation in the console makes its next
     assertClean(page);
   } finally {
     await resetTool('lookup_order');
+    await page.context().close();
+  }
+});
+
+test('an admin sets a rule (confirm_when) on a tool; one that does not compile is explained beside the field', async () => {
+  const page = await signIn();
+  try {
+    await go(page, 'tools');
+    const tool = await toolArticle(page, 'cancel_order');
+    const rule = tool.getByLabel('Rule (confirm_when)');
+    assert.equal(await rule.inputValue(), '', 'the file sets no rule');
+
+    await rule.fill('args.order_id >');
+    await tool.getByRole('button', { name: 'Save' }).click();
+    await tool.locator('.rule .error-text', { hasText: /^confirm_when: does not compile/ }).waitFor();
+    assert.equal(await rule.getAttribute('aria-invalid'), 'true');
+    assert.equal(await page.evaluate(() => document.activeElement?.id), 'tool-acme-cancel_order-rule', 'focus goes to the rule');
+    await checkPage(page, 'tools-rule-error');
+
+    await rule.fill('args.order_id > 100');
+    await saveTool(page, 'cancel_order');
+    await page.locator('article.tool[data-tool="cancel_order"][data-confirm-when="args.order_id > 100"]').waitFor();
+    const { items } = await page.evaluate(() => fetch('/v1/operator/tools?site=acme').then((r) => r.json()));
+    const saved = items.find((t) => t.name === 'cancel_order');
+    assert.equal(saved.confirm_when, 'args.order_id > 100');
+    assert.equal(saved.policy, 'confirm', 'only the rule was sent');
+    assert.equal(await rule.inputValue(), 'args.order_id > 100');
+    await checkPage(page, 'tools-rule');
+    assertClean(page);
+  } finally {
+    await resetTool('cancel_order');
     await page.context().close();
   }
 });
@@ -316,6 +347,7 @@ test('an agent sees tools and knowledge without the controls that change them', 
   assert.equal(await page.locator('#tool-list input[type="radio"]:enabled').count(), 0);
   assert.match(await tool.innerText(), /Needs confirmation/);
   assert.match(await tool.innerText(), /Cancel an order/);
+  assert.match(await tool.innerText(), /Rule \(confirm_when\)/i, 'the rule is shown, read-only');
   // Reading stays possible: an agent may preview a card.
   await tool.getByRole('button', { name: 'Preview card' }).click();
   await tool.locator('.preview-card').getByText('Order ID: 42').waitFor();

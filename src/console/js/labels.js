@@ -3,8 +3,8 @@
 // same way, and so a new code needs one edit.
 
 export const POLICY = { off: 'Off', auto: 'Runs automatically', confirm: 'Needs confirmation' };
-// Every policy's name where one is shown. The teammate policies (SPEC §20) come
-// from the config file with their approvers, so the Tools page offers only POLICY.
+// Every policy's name, the teammate policies (SPEC §20) included; the Tools page
+// offers each of them as a choice, and every page names a policy with this map.
 export const POLICY_NAME = { ...POLICY, approve: 'Needs a teammate’s approval', 'confirm+approve': 'Needs confirmation and a teammate’s approval' };
 export const STATUS = { answered: 'Answered', awaiting_confirmation: 'Awaiting confirmation', failed: 'Failed', streaming: 'Streaming', sent: 'Sent' };
 export const EVENTS = ['requested', 'confirmed', 'cancelled', 'expired', 'executed', 'failed', 'refused', 'tool_changed'];

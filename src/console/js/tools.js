@@ -93,7 +93,7 @@ function toolForm(t, key, path, article, message) {
   const label = h('input', { id: `tool-${key}-label`, type: 'text', value: t.label, autocomplete: 'off' });
   const description = h('textarea', { id: `tool-${key}-description`, rows: '3', text: t.description });
   const radios = Object.entries(POLICY_NAME).map(([value, text]) => {
-    const id = `tool-${key}-policy-${value}`;
+    const id = `tool-${key}-policy-${idPart(value)}`;
     return h('div', { class: 'radio' }, [
       h('input', { type: 'radio', id, name: `policy-${key}`, value, checked: t.policy === value }),
       h('label', { for: id, text }),
@@ -139,7 +139,7 @@ function toolForm(t, key, path, article, message) {
       status.className = 'tool-status error-text';
       if ('confirm_when' in change && /^confirm_when\b/.test(e.message)) {
         // Shown by the field it is about, which takes focus so it can be fixed.
-        status.textContent = 'Not saved: the rule needs fixing.';
+        status.textContent = 'The rule needs fixing; nothing was changed.';
         ruleError.textContent = e.message;
         rule.setAttribute('aria-invalid', 'true');
         rule.focus();
