@@ -23,6 +23,22 @@ pub struct BudgetShare {
     pub limit: i64,
 }
 
+impl BudgetShare {
+    /// What one turn of `site` reserves of its day's budget at `now`: its
+    /// token cap, never more than the whole day's budget (with a cap above it,
+    /// one turn could spend past the budget on its own).
+    /// `per_turn` and `daily` are the site's `max_tokens_per_turn` and
+    /// `daily_token_budget`.
+    pub fn for_turn(site: &str, per_turn: u64, daily: u64, now: Millis) -> BudgetShare {
+        BudgetShare {
+            site: site.to_string(),
+            day: utc_day(now),
+            reserved: (per_turn as i64).min(daily as i64),
+            limit: daily as i64,
+        }
+    }
+}
+
 /// Whether a turn may reserve: the budget is spent only when the day's settled
 /// spend has reached it; when running turns' reservations are what stands in the
 /// way, they will be settled within a turn's time.

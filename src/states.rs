@@ -186,6 +186,9 @@ text_enum!(
         /// A teammate declined the call in the console (SPEC §20); the audit
         /// row names the operator.
         Declined = "declined",
+        /// An operator whose role may not approve the call answered it, or an
+        /// operator answered a visitor's own card (SPEC §20).
+        NotApprover = "not_approver",
     }
 );
 

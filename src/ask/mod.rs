@@ -114,8 +114,9 @@ async fn ask(
             ))
             .await?;
             // Edits never run: the server signs a new card for them (SPEC §20).
-            if let Some(edits) = edits.filter(|e| !e.is_empty()) {
-                let card = Box::pin(confirm::edit::resign(&app, &verified, &edits)).await?;
+            // `edits: {}` is a plain Confirm.
+            if let Some(edits) = edits.filter(|e| e.get().trim() != "{}") {
+                let card = Box::pin(confirm::edit::resign(&app, &verified, edits.get())).await?;
                 return edited(&verified.call, &card);
             }
             let admission = Box::pin(guard::admit_turn(&app, &caller)).await?;

@@ -136,7 +136,12 @@ async fn finish(
     let message = bubble.id.clone();
     turn.continue_recovered(context, results, call, &outcome, bubble, reserved)
         .await?;
-    // A widget open on the conversation sees the recovered answer at once.
+    // A widget open on the conversation sees the recovered answer at once,
+    // and a "Waiting for a teammate" line its approval (a crash may have come
+    // between the approval and its notice).
+    if call.policy.asks_teammate() {
+        crate::confirm::approval::tell_visitor(app, call, CallStatus::Confirmed).await;
+    }
     crate::conversation::deliver(app, &call.conversation, &message).await
 }
 

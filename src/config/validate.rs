@@ -201,13 +201,15 @@ fn check_site(at: &str, site: &SiteConfig, secrets: &HashSet<&str>, out: &mut Ve
             "must be 1-64 letters, digits, '-' or '_'".into(),
         );
     }
-    if let Some(hook) = site
-        .approval_webhook
-        .as_ref()
-        .filter(|h| !is_http_url(&h.url))
-    {
-        let why = format!("{:?} is not an http:// or https:// URL", hook.url);
-        add(out, format!("{at}.approval_webhook.url"), why);
+    if let Some(hook) = &site.approval_webhook {
+        if !is_http_url(&hook.url) {
+            let why = format!("{:?} is not an http:// or https:// URL", hook.url);
+            add(out, format!("{at}.approval_webhook.url"), why);
+        }
+        if !positive(hook.timeout_s) || hook.timeout_s > 300.0 {
+            let why = "must be more than 0 and at most 300 seconds".to_string();
+            add(out, format!("{at}.approval_webhook.timeout_s"), why);
+        }
     }
     for (j, origin) in site.origins.iter().enumerate() {
         if let Err(reason) = check_origin(origin) {

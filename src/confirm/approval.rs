@@ -78,10 +78,15 @@ pub async fn verify(
         Some(id) => app.store.calls().get(id.as_str()).await?,
         None => None,
     };
-    let Some(call) = call.filter(|c| c.kind == CallKind::Confirmation && c.policy.asks_teammate())
-    else {
+    let Some(call) = call.filter(|c| c.kind == CallKind::Confirmation) else {
         return Err(ApiError::CallNotFound);
     };
+    // A visitor's own card is theirs to answer: an operator's attempt is
+    // refused and audited (SPEC §19: an operator never confirms for them).
+    if !call.policy.asks_teammate() {
+        refuse(app, &call, Reason::NotApprover, operator).await?;
+        return Err(ApiError::Forbidden);
+    }
     let Some(site) = app.site(&call.site).cloned() else {
         return Err(ApiError::CallNotFound);
     };
@@ -94,6 +99,7 @@ pub async fn verify(
     if let Some(tool) = &tool
         && !tool.approvers.contains(&role)
     {
+        refuse(app, &call, Reason::NotApprover, operator).await?;
         return Err(ApiError::Forbidden);
     }
     let now = app.clock.now_ms();
@@ -160,8 +166,9 @@ pub fn requested(app: &App, call: &CallRow) {
 }
 
 /// A teammate decided: the console's views and the gauge move, and the
-/// visitor's live channel says how the waiting call ended.
-pub async fn decided(app: &App, call: &CallRow, status: CallStatus) -> anyhow::Result<()> {
+/// visitor's live channel says how the waiting call ended. Best effort: the
+/// decision is committed, and history shows it whatever happens here.
+pub async fn decided(app: &App, call: &CallRow, status: CallStatus) {
     app.live
         .publish(&call.site, &call.conversation, "approval_decided");
     count_waiting(app);
@@ -170,16 +177,25 @@ pub async fn decided(app: &App, call: &CallRow, status: CallStatus) -> anyhow::R
         _ => "declined",
     };
     crate::ops::metrics::confirmation(&call.site, decision);
+    tell_visitor(app, call, status).await;
+}
+
+/// Puts how a waiting call ended on the visitor's live channel (`event:
+/// card`); a failure is logged, never owed.
+pub async fn tell_visitor(app: &App, call: &CallRow, status: CallStatus) {
     let data = serde_json::json!({"call": call.id, "status": status}).to_string();
     let event = crate::store::desk::NewEvent {
         kind: "card",
         data: &data,
     };
-    app.store
+    if let Err(e) = app
+        .store
         .desk()
         .append(&call.conversation, event, app.clock.now_ms())
-        .await?;
-    Ok(())
+        .await
+    {
+        tracing::warn!(error = format!("{e:#}"), call = %call.id, "how a waiting call ended could not be put on the visitor's channel");
+    }
 }
 
 /// Sets the `deskbell_approvals_waiting` gauge from the database, in a task

@@ -20,15 +20,17 @@ use crate::tools::{editable, render};
 /// Signs and stores the card for `edits` to the verified card, which it
 /// replaces. An answer with edits never runs, even when they change nothing:
 /// the visitor confirms the card that shows them.
-pub async fn resign(
-    app: &App,
-    verified: &Verified,
-    edits: &serde_json::Map<String, serde_json::Value>,
-) -> Result<CallRow, ApiError> {
+pub async fn resign(app: &App, verified: &Verified, edits: &str) -> Result<CallRow, ApiError> {
     let Verified { call, tool } = verified;
     let current: serde_json::Value = serde_json::from_str(&call.arguments)
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored arguments: {e}")))?;
-    let arguments = match editable::apply(tool, &current, edits) {
+    // The edits as the visitor sent them: I-JSON checked on their own text.
+    let checked = Arguments::from_model(edits).and_then(|a| match a.value {
+        serde_json::Value::Object(map) => Ok(map),
+        _ => Err("edits must be an object of field names and values".to_string()),
+    });
+    let applied = checked.and_then(|edits| editable::apply(tool, &current, &edits));
+    let arguments = match applied {
         Ok(arguments) => arguments,
         Err(why) => {
             super::refuse(app, call, Reason::InvalidArguments).await?;

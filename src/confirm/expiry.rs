@@ -32,30 +32,9 @@ pub async fn sweep_forever(app: App) {
         match app.store.cards().expire_due(app.clock.now_ms(), None).await {
             Ok(expired) if !expired.is_empty() => {
                 tracing::info!(count = expired.len(), "confirmations expired");
-                tell_waiting_visitors(&app, &expired).await;
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = format!("{e:#}"), "expiry sweep failed"),
-        }
-    }
-}
-
-/// A call that waited for a teammate ends on the visitor's live channel too:
-/// the widget's "Waiting for a teammate" line becomes "Expired".
-async fn tell_waiting_visitors(app: &App, expired: &[crate::store::CallRow]) {
-    for call in expired.iter().filter(|c| c.policy.asks_teammate()) {
-        let data = serde_json::json!({"call": call.id, "status": "expired"}).to_string();
-        let event = crate::store::desk::NewEvent {
-            kind: "card",
-            data: &data,
-        };
-        if let Err(e) = app
-            .store
-            .desk()
-            .append(&call.conversation, event, app.clock.now_ms())
-            .await
-        {
-            tracing::warn!(error = format!("{e:#}"), call = %call.id, "an expired approval could not be told to its visitor");
         }
     }
 }

@@ -46,7 +46,7 @@ pub fn spent(quota: &Quota) -> String {
     };
     format!(
         "Not run: the tool may run at most {} times for {who} per UTC {}, and that is used up. \
-         Tell the visitor so; do not call this tool again in this conversation today.",
+         Tell the visitor so; do not call this tool again in this conversation.",
         quota.max,
         window_name(quota.window)
     )

@@ -5,7 +5,7 @@
 use super::Caller;
 use super::streams::StreamSlot;
 use crate::app::App;
-use crate::budget::{BudgetShare, Reservation, budget_refusal, utc_day};
+use crate::budget::{BudgetShare, Reservation, budget_refusal};
 use crate::error::ApiError;
 
 /// Seconds a client is asked to wait when the stream caps are full.
@@ -82,14 +82,12 @@ async fn reserve(app: &App, caller: &Caller, budget_first: bool) -> Result<Admis
     let limits = &caller.site.config.limits;
     let site = caller.site.config.id.clone();
     let now = app.clock.now_ms();
-    let share = BudgetShare {
-        site: site.clone(),
-        day: utc_day(now),
-        // A turn never reserves more than the whole day's budget: with a cap
-        // above it, one turn could spend past the budget on its own.
-        reserved: (limits.max_tokens_per_turn as i64).min(limits.daily_token_budget as i64),
-        limit: limits.daily_token_budget as i64,
-    };
+    let share = BudgetShare::for_turn(
+        &site,
+        limits.max_tokens_per_turn,
+        limits.daily_token_budget,
+        now,
+    );
     if budget_first {
         check_budget(app, &share).await?;
     }

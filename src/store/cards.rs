@@ -166,6 +166,20 @@ impl Cards<'_> {
         tx.commit().await?;
         for c in &expired {
             crate::ops::metrics::confirmation(&c.site, "expired");
+            // A call that waited for a teammate ends on the visitor's live
+            // channel too, whichever path expired it: "Waiting for a
+            // teammate" becomes "Expired". After the commit, and not owed.
+            if c.policy.asks_teammate() {
+                let data =
+                    serde_json::json!({"call": c.id, "status": CallStatus::Expired}).to_string();
+                let event = super::desk::NewEvent {
+                    kind: "card",
+                    data: &data,
+                };
+                if let Err(e) = self.0.desk().append(&c.conversation, event, now).await {
+                    tracing::warn!(error = format!("{e:#}"), call = %c.id, "an expired approval could not be put on the visitor's channel");
+                }
+            }
         }
         Ok(expired)
     }

@@ -55,8 +55,10 @@ pub struct AskBody {
     pub signature: Option<String>,
     /// With `decision: "confirm"`: new values for the card's editable fields
     /// (SPEC §20). The server signs a new card for them instead of running.
+    /// Kept as the visitor's own text, so a number an IEEE double cannot hold
+    /// is refused rather than rounded (SPEC §7).
     #[schema(value_type = Option<Object>)]
-    pub edits: Option<serde_json::Map<String, serde_json::Value>>,
+    pub edits: Option<Box<serde_json::value::RawValue>>,
 }
 
 /// The two forms of an ask.
@@ -71,7 +73,7 @@ pub enum AskRequest {
         call: String,
         decision: Decision,
         signature: String,
-        edits: Option<serde_json::Map<String, serde_json::Value>>,
+        edits: Option<Box<serde_json::value::RawValue>>,
     },
 }
 

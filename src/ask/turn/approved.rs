@@ -9,6 +9,7 @@
 use tokio::sync::oneshot;
 
 use super::{Bubble, Turn};
+use crate::budget::BudgetShare;
 use crate::confirm;
 use crate::confirm::approval::Approval;
 use crate::error::ApiError;
@@ -61,29 +62,52 @@ impl Turn {
             by: Some(&said.operator),
         };
         let now = self.app.clock.now_ms();
-        let lost = match self
+        // The continuation is a turn like any other: it reserves its share of
+        // the site's daily budget in the decision's transaction, and its
+        // bubble names the share, so a crash's recovery settles it.
+        let limits = &self.caller.site.config.limits;
+        let share = BudgetShare::for_turn(
+            &call.site,
+            limits.max_tokens_per_turn,
+            limits.daily_token_budget,
+            now,
+        );
+        let mut row = row;
+        row.budget_day = Some(share.day.clone());
+        row.reserved = share.reserved;
+        let decided = self
             .app
             .store
             .cards()
-            .decide(&call, step, now, &row, None)
-            .await?
-        {
+            .decide(&call, step, now, &row, Some(&share));
+        let lost = match decided.await? {
             Decided::Won => None,
             Decided::Late => Some((Reason::Late, ApiError::ConfirmationExpired)),
             Decided::Stale => Some((Reason::Stale, ApiError::CallNotPending)),
-            Decided::Lost | Decided::Budget(_) => {
-                Some((Reason::Replayed, ApiError::CallNotPending))
+            Decided::Lost => Some((Reason::Replayed, ApiError::CallNotPending)),
+            // Nothing was decided: the call still waits, and may be approved
+            // once the budget allows.
+            Decided::Budget(reservation) => {
+                let _ = told.send(Err(crate::budget::budget_refusal(reservation, now)));
+                return Ok(());
             }
         };
         if let Some((reason, error)) = lost {
+            if reason == Reason::Late {
+                let cards = self.app.store.cards();
+                cards.expire_due(now, Some(&call.conversation)).await?;
+            }
             confirm::approval::refuse(&self.app, &call, reason, &said.operator).await?;
             let _ = told.send(Err(error));
             return Ok(());
         }
-        self.open(&bubble.id, None);
+        self.app.store.budget().note_reserved(&share);
+        self.open(&bubble.id, Some(share));
         let _ = told.send(Ok(to));
-        confirm::approval::decided(&self.app, &call, to).await?;
         crate::crashpoint::reached("after_approval");
+        // The notices are not owed: a failure to write the visitor's `card`
+        // event must not leave the call running without its run.
+        confirm::approval::decided(&self.app, &call, to).await;
         let message = bubble.id.clone();
         if said.approve {
             // The call runs under this turn's fence, delivered once.

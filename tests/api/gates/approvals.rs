@@ -196,6 +196,13 @@ async fn an_agent_may_not_approve_where_only_admins_do_and_a_visitor_may_not_at_
     let r = decide(&agent, &items[0], "approve").await;
     assert_eq!(r.status, 403);
     assert_eq!(r.json["error"]["code"], "forbidden");
+    let call = items[0]["call"].as_str().unwrap();
+    assert_eq!(
+        t.audit_events(call).await,
+        ["requested", "refused:not_approver"]
+    );
+    let rows = t.app.store.audit().for_call(call).await.unwrap();
+    assert!(rows[1].operator.as_deref().unwrap().starts_with("agent-"));
     let path = format!(
         "/v1/operator/approvals/{}",
         items[0]["call"].as_str().unwrap()
@@ -272,4 +279,24 @@ async fn two_operators_approving_at_once_on_two_replicas_run_the_call_once() {
         events,
         ["confirmed", "executed", "refused:replayed", "requested"]
     );
+}
+
+#[tokio::test]
+async fn an_operator_cannot_confirm_a_visitors_own_card_through_the_approvals_route() {
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    let (_, card) = t.raise_card(&token).await;
+    let admin = t.console(OperatorRole::Admin).await;
+    assert!(
+        waiting(&admin).await.is_empty(),
+        "a visitor's card is not in the queue"
+    );
+    let r = decide(&admin, &card, "approve").await;
+    assert_eq!(r.status, 403, "{:?}", r.json);
+    let call = card["call"].as_str().unwrap();
+    assert_eq!(
+        t.audit_events(call).await,
+        ["requested", "refused:not_approver"]
+    );
+    assert!(t.hook.calls().is_empty());
 }

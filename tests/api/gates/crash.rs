@@ -85,6 +85,11 @@ async fn a_crash_between_a_teammates_approval_and_the_run_still_runs_the_call_on
 
     s.llm.push(Script::text("Your refund is on its way [1]."));
     let server = Server::start(&s.config, None).await;
+    // The live channel first: the history's polling counts against the
+    // visitor's rate limit.
+    let mut channel =
+        crate::support::Channel::open(&server.base, &token, &conversation, None).await;
+    assert_eq!(channel.status, 200, "the live channel opens");
     let history = server.settled_history(&token, &conversation, 3).await;
     let call = item["call"].as_str().unwrap();
     assert_eq!(s.audit(call).await, ["requested", "confirmed", "executed"]);
@@ -98,8 +103,6 @@ async fn a_crash_between_a_teammates_approval_and_the_run_still_runs_the_call_on
     assert_eq!(last["status"], "answered", "{history}");
     assert_eq!(last["text"], "Your refund is on its way [1].");
     // The recovered continuation is on the visitor's live channel too.
-    let mut channel =
-        crate::support::Channel::open(&server.base, &token, &conversation, None).await;
     let events = channel.take(2, std::time::Duration::from_secs(10)).await;
     assert_eq!(events[0].name, "card");
     assert_eq!(events[1].name, "answer");

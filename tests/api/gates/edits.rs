@@ -178,9 +178,20 @@ async fn bad_edits_are_refused_and_audited_and_the_card_stays_answerable() {
         .post_raw("/v1/ask", Some(&token), Some(crate::support::ORIGIN), raw)
         .await;
     assert_eq!(r.json["error"]["code"], "invalid_edit", "{:?}", r.json);
+    // Beyond any integer type, and beyond a double: refused, not rounded.
+    for number in ["18446744073709551616", "1e400"] {
+        let raw = format!(
+            r#"{{"conversation": "{conversation}", "call": {}, "decision": "confirm", "signature": {}, "edits": {{"quantity": {number}}}}}"#,
+            card["call"], card["signature"]
+        );
+        let origin = Some(crate::support::ORIGIN);
+        let r = t.post_raw("/v1/ask", Some(&token), origin, raw).await;
+        assert_eq!(r.status, 422, "{number}: {:?}", r.json);
+        assert_eq!(r.json["error"]["code"], "invalid_edit", "{number}");
+    }
     let call = card["call"].as_str().unwrap();
     let events = t.audit_events(call).await;
-    assert_eq!(events.len(), 8, "{events:?}");
+    assert_eq!(events.len(), 10, "{events:?}");
     assert!(
         events[1..].iter().all(|e| e == "refused:invalid_arguments"),
         "{events:?}"
@@ -231,6 +242,11 @@ async fn an_edit_with_a_forged_signature_or_on_another_conversation_is_refused()
     let again = edit(&t, &token, &conversation, &card, json!({"quantity": 3})).await;
     assert_eq!(again.status, 409);
     assert_eq!(again.json["error"]["code"], "call_not_pending");
+    let events = t.audit_events(card["call"].as_str().unwrap()).await;
+    assert_eq!(
+        &events[events.len() - 2..],
+        ["cancelled:superseded", "refused:replayed"]
+    );
     assert!(t.hook.calls().is_empty());
 }
 

@@ -13,8 +13,15 @@ use crate::support::TestApp;
 /// the schema, to be refused).
 #[derive(Debug, Clone)]
 enum Kind {
-    Integer { min: i64, max: i64 },
-    Text { max_len: usize },
+    Integer {
+        min: i64,
+        max: i64,
+    },
+    /// Quarters: numbers a double holds exactly.
+    Decimal,
+    Text {
+        max_len: usize,
+    },
     Flag,
     Choice(Vec<String>),
 }
@@ -25,6 +32,7 @@ impl Kind {
             Kind::Integer { min, max } => {
                 json!({"type": "integer", "minimum": min, "maximum": max})
             }
+            Kind::Decimal => json!({"type": "number", "minimum": -5, "maximum": 5}),
             Kind::Text { max_len } => json!({"type": "string", "maxLength": max_len}),
             Kind::Flag => json!({"type": "boolean"}),
             Kind::Choice(options) => json!({"type": "string", "enum": options}),
@@ -35,6 +43,7 @@ impl Kind {
     fn value(&self) -> BoxedStrategy<Value> {
         match self.clone() {
             Kind::Integer { min, max } => (min - 3..=max + 3).prop_map(|n| json!(n)).boxed(),
+            Kind::Decimal => (-24i32..24).prop_map(|n| json!(f64::from(n) / 4.0)).boxed(),
             Kind::Text { max_len } => "[a-zA-Z0-9 ]{0,12}"
                 .prop_map(move |s| json!(s))
                 .prop_filter("fits now and then", move |v| {
@@ -54,6 +63,7 @@ impl Kind {
     fn valid(&self) -> BoxedStrategy<Value> {
         match self.clone() {
             Kind::Integer { min, max } => (min..=max).prop_map(|n| json!(n)).boxed(),
+            Kind::Decimal => (-20i32..20).prop_map(|n| json!(f64::from(n) / 4.0)).boxed(),
             Kind::Text { max_len } => {
                 prop::collection::vec(prop::char::range('a', 'z'), 0..=max_len)
                     .prop_map(|c| json!(c.into_iter().collect::<String>()))
@@ -73,6 +83,7 @@ fn kind() -> impl Strategy<Value = Kind> {
         }),
         (1usize..10).prop_map(|max_len| Kind::Text { max_len }),
         Just(Kind::Flag),
+        Just(Kind::Decimal),
         prop::collection::btree_set("[A-Z]{1,3}", 1..4)
             .prop_map(|s| Kind::Choice(s.into_iter().collect())),
     ]
@@ -114,19 +125,47 @@ fn case() -> impl Strategy<Value = Case> {
     })
 }
 
-async fn run_case(kinds: Vec<Kind>, first: Map<String, Value>, edits: Vec<Map<String, Value>>) {
+/// The arguments as the server writes and reads them back: canonical form.
+fn canonical(map: &Map<String, Value>) -> Value {
+    let text = serde_json_canonicalizer::to_string(&Value::Object(map.clone())).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// What a card line shows of a plain value (SPEC §7).
+fn line_text(value: &Value) -> String {
+    match value {
+        Value::Bool(true) => "Yes".into(),
+        Value::Bool(false) => "No".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+async fn run_case(
+    kinds: Vec<Kind>,
+    locked: Vec<bool>,
+    first: Map<String, Value>,
+    edits: Vec<Map<String, Value>>,
+) {
     let properties: Map<String, Value> = kinds
         .iter()
         .enumerate()
         .map(|(i, k)| (format!("f{i}"), k.schema()))
         .collect();
-    let names: Vec<String> = properties.keys().cloned().collect();
+    // Some fields are not editable: an edit touching one must be refused.
+    let editable: Vec<String> = properties
+        .keys()
+        .zip(&locked)
+        .filter(|(_, locked)| !**locked)
+        .map(|(k, _)| k.clone())
+        .collect();
     let schema = json!({"type": "object", "properties": properties});
+    let listed = editable.clone();
     let t = TestApp::with(move |c| {
         let refund = super::tool(c, "refund");
         refund.policy = Policy::Confirm;
         refund.input_schema = schema;
-        refund.editable = names;
+        refund.editable = listed;
     })
     .await;
     let token = t.visitor().await;
@@ -144,27 +183,39 @@ async fn run_case(kinds: Vec<Kind>, first: Map<String, Value>, edits: Vec<Map<St
         let r = t.ask(&token, answer).await;
         let mut merged = expected.clone();
         merged.extend(round.clone());
+        if round.keys().any(|k| !editable.contains(k)) {
+            assert_eq!(r.status, 422, "an edit of a locked field: {round:?}");
+        }
         if r.status == 200 {
             card = r.event("confirm").clone();
             expected = merged;
         } else {
             assert_eq!(r.status, 422, "{:?}", r.json);
         }
-        // Whatever happened, the card in hand shows exactly what would run.
-        let shown: Map<String, Value> = card["editable"]
+        // Whatever happened, the card in hand shows exactly what would run:
+        // its signed lines (one a field, in the schema's order) and its inputs.
+        let want = canonical(&expected);
+        let lines: Vec<String> = card["arguments"]
             .as_array()
             .unwrap()
             .iter()
-            .filter_map(|f| Some((f["field"].as_str()?.to_string(), f.get("value")?.clone())))
+            .map(|l| l["value"].as_str().unwrap().to_string())
             .collect();
-        assert_eq!(shown, expected, "round {round:?}");
+        let from_schema: Vec<String> = (0..kinds.len())
+            .map(|i| line_text(&want[format!("f{i}")]))
+            .collect();
+        assert_eq!(lines, from_schema, "round {round:?}");
+        for field in card["editable"].as_array().into_iter().flatten() {
+            let name = field["field"].as_str().unwrap();
+            assert_eq!(field["value"], want[name], "round {round:?}");
+        }
     }
     t.hook.push(HookReply::ok("{}"));
     let ran = t.answer(&token, &conversation, &card, "confirm").await;
     assert_eq!(ran.status, 200, "{:?}", ran.json);
     let calls = t.hook.calls();
     assert_eq!(calls.len(), 1);
-    assert_eq!(calls[0].body["arguments"], Value::Object(expected.clone()));
+    assert_eq!(calls[0].body["arguments"], canonical(&expected));
     assert_eq!(calls[0].body["call"], card["call"]);
     let rows = t
         .app
@@ -173,8 +224,8 @@ async fn run_case(kinds: Vec<Kind>, first: Map<String, Value>, edits: Vec<Map<St
         .for_call(card["call"].as_str().unwrap())
         .await
         .unwrap();
-    let canonical = serde_json_canonicalizer::to_string(&Value::Object(expected)).unwrap();
-    assert!(rows.iter().all(|r| r.arguments == canonical), "{rows:?}");
+    let text = serde_json_canonicalizer::to_string(&Value::Object(expected)).unwrap();
+    assert!(rows.iter().all(|r| r.arguments == text), "{rows:?}");
     assert_eq!(rows.last().unwrap().event.as_str(), "executed");
 }
 
@@ -182,8 +233,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     #[test]
-    fn what_runs_is_the_last_card_shown_and_the_audited_arguments((kinds, first, edits) in case()) {
+    fn what_runs_is_the_last_card_shown_and_the_audited_arguments(
+        (kinds, first, edits) in case(),
+        locked in prop::collection::vec(prop::bool::weighted(0.3), 4),
+    ) {
         let runtime = tokio::runtime::Runtime::new().unwrap();
-        runtime.block_on(run_case(kinds, first, edits));
+        runtime.block_on(run_case(kinds, locked, first, edits));
     }
 }

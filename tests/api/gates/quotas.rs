@@ -154,3 +154,44 @@ async fn twenty_racing_calls_over_two_replicas_run_exactly_the_quota_of_three() 
         .count();
     assert_eq!(refused, 17);
 }
+
+#[tokio::test]
+async fn an_edited_card_keeps_its_use_and_an_expired_one_gives_it_back() {
+    let t = TestApp::with(|c| {
+        let url = tool(c, "refund").url.replace("/refund", "/order");
+        let mut order = super::order_tool(url);
+        order.quota = quota(QuotaPer::Visitor, QuotaWindow::Month, 2);
+        c.sites[0].tools.push(order);
+    })
+    .await;
+    let token = t.visitor().await;
+    let raise = || async {
+        t.llm.push(Script::tool_calls(&[(
+            "order_more",
+            json!({"sku": "SKU-1", "quantity": 2}),
+        )]));
+        let r = t.question(&token, None, "Order two more").await;
+        (r.conversation(), r.event("confirm").clone())
+    };
+    let (conversation, card) = raise().await;
+    assert_eq!(card["quota"]["left"], 1);
+    let edited = t
+        .ask(
+            &token,
+            json!({"conversation": conversation, "call": card["call"], "decision": "confirm",
+                   "signature": card["signature"], "edits": {"quantity": 3}}),
+        )
+        .await;
+    let new = edited.event("confirm");
+    assert_eq!(
+        new["quota"]["left"], 1,
+        "the edit passed its use on, not a second one"
+    );
+    // The edited card expires: its use comes back.
+    t.clock.advance_ms(11 * 60 * 1000);
+    t.history(&token, &conversation).await;
+    let (_, again) = raise().await;
+    assert_eq!(again["quota"]["left"], 1);
+    let (_, last) = raise().await;
+    assert_eq!(last["quota"]["left"], 0);
+}
