@@ -14,8 +14,8 @@ use crate::app::App;
 use crate::error::ApiError;
 use crate::ids::CallId;
 use crate::secret::constant_time_eq;
-use crate::states::{AuditEvent, CallKind, CallStatus, OperatorRole, Reason};
-use crate::store::{AuditRow, CallRow, Decided};
+use crate::states::{CallKind, CallStatus, OperatorRole, Reason};
+use crate::store::{CallRow, Decided};
 use crate::tools::Tool;
 
 /// A call whose approval passed every check, with its tool and site.
@@ -46,22 +46,7 @@ pub async fn await_teammate(app: &App, call: &CallRow, tool: &Tool) -> Result<Ca
             requested(app, &waiting);
             return Ok(waiting);
         }
-        Decided::Late => {
-            app.store
-                .cards()
-                .expire_due(now, Some(&call.conversation))
-                .await?;
-            super::refuse(app, call, Reason::Late).await?;
-            ApiError::ConfirmationExpired
-        }
-        Decided::Stale => {
-            super::refuse(app, call, Reason::Stale).await?;
-            ApiError::CallNotPending
-        }
-        Decided::Lost | Decided::Budget(_) => {
-            super::refuse(app, call, Reason::Replayed).await?;
-            ApiError::CallNotPending
-        }
+        lost => super::decide::refused(app, call, lost, now, None).await?,
     };
     Err(refusal)
 }
@@ -148,10 +133,7 @@ pub async fn refuse(
     reason: Reason,
     operator: &str,
 ) -> anyhow::Result<()> {
-    tracing::warn!(call = %call.id, reason = reason.as_str(), "approval refused");
-    let mut row = AuditRow::for_call(call, AuditEvent::Refused, Some(reason), app.clock.now_ms());
-    row.operator = Some(operator.to_string());
-    Ok(app.store.audit().append(&row).await?)
+    super::verify::refuse_by(app, call, reason, Some(operator)).await
 }
 
 /// A call started waiting: the console's live views, the gauge and the team's

@@ -51,12 +51,30 @@ pub async fn decide(
             crate::ops::metrics::confirmation(&call.site, decision);
             return Ok(Ok(to));
         }
-        Decided::Lost => {
-            super::refuse(app, call, Reason::Replayed).await?;
+        lost => refused(app, call, lost, now, None).await?,
+    };
+    Ok(Err(refusal))
+}
+
+/// The refusal of an answer whose transition did not win — another answer got
+/// there first, the card went stale or ran out of time, or the budget was
+/// spent — audited here, with the operator who answered if one did. Used for
+/// a visitor's answer, an edit and a teammate's approval alike.
+pub async fn refused(
+    app: &App,
+    call: &CallRow,
+    lost: Decided,
+    now: crate::clock::Millis,
+    by: Option<&str>,
+) -> anyhow::Result<ApiError> {
+    let refuse = |reason| super::verify::refuse_by(app, call, reason, by);
+    Ok(match lost {
+        Decided::Won | Decided::Lost => {
+            refuse(Reason::Replayed).await?;
             ApiError::CallNotPending
         }
         Decided::Stale => {
-            super::refuse(app, call, Reason::Stale).await?;
+            refuse(Reason::Stale).await?;
             ApiError::CallNotPending
         }
         Decided::Late => {
@@ -64,10 +82,9 @@ pub async fn decide(
                 .cards()
                 .expire_due(now, Some(&call.conversation))
                 .await?;
-            super::refuse(app, call, Reason::Late).await?;
+            refuse(Reason::Late).await?;
             ApiError::ConfirmationExpired
         }
         Decided::Budget(reservation) => crate::budget::budget_refusal(reservation, now),
-    };
-    Ok(Err(refusal))
+    })
 }

@@ -39,20 +39,9 @@ pub async fn resign(app: &App, verified: &Verified, edits: &str) -> Result<CallR
     };
     let now = app.clock.now_ms();
     let new = edited_card(app, call, tool, &arguments, now)?;
-    match app.store.cards().replace_edited(call, &new, now).await? {
-        Decided::Won => {}
-        Decided::Late => {
-            super::refuse(app, call, Reason::Late).await?;
-            return Err(ApiError::ConfirmationExpired);
-        }
-        Decided::Stale => {
-            super::refuse(app, call, Reason::Stale).await?;
-            return Err(ApiError::CallNotPending);
-        }
-        Decided::Lost | Decided::Budget(_) => {
-            super::refuse(app, call, Reason::Replayed).await?;
-            return Err(ApiError::CallNotPending);
-        }
+    let replaced = app.store.cards().replace_edited(call, &new, now).await?;
+    if replaced != Decided::Won {
+        return Err(super::decide::refused(app, call, replaced, now, None).await?);
     }
     app.live
         .publish(&new.site, &new.conversation, "card_raised");

@@ -111,15 +111,18 @@ pub async fn verify_answer(
 }
 
 pub async fn refuse(app: &App, call: &CallRow, reason: Reason) -> anyhow::Result<()> {
-    tracing::warn!(call = %call.id, reason = reason.as_str(), "confirmation answer refused");
-    Ok(app
-        .store
-        .audit()
-        .append(&AuditRow::for_call(
-            call,
-            AuditEvent::Refused,
-            Some(reason),
-            app.clock.now_ms(),
-        ))
-        .await?)
+    refuse_by(app, call, reason, None).await
+}
+
+/// A refused answer's audit row, naming the operator who sent it if one did.
+pub async fn refuse_by(
+    app: &App,
+    call: &CallRow,
+    reason: Reason,
+    operator: Option<&str>,
+) -> anyhow::Result<()> {
+    tracing::warn!(call = %call.id, reason = reason.as_str(), "an answer to a card was refused");
+    let mut row = AuditRow::for_call(call, AuditEvent::Refused, Some(reason), app.clock.now_ms());
+    row.operator = operator.map(str::to_string);
+    Ok(app.store.audit().append(&row).await?)
 }

@@ -27,14 +27,7 @@ impl Turn {
         if decision == Decision::Confirm && tool.policy == Policy::ConfirmApprove {
             return self.send_to_teammate(&call, &tool).await;
         }
-        let (context, arguments) = confirm::run::prepare(&call)?;
-        self.conversation = call.conversation.clone();
-        self.turn = call.turn.clone();
-        self.card_raised = true;
-        let bubble = Bubble {
-            id: new_id("m"),
-            text: String::new(),
-        };
+        let (context, arguments, bubble) = self.continue_from(&call)?;
         let bubble_row = self.bubble_row(&bubble.id);
         let budget = self.admission.as_ref().map(|a| a.share().clone());
         let to =
@@ -81,6 +74,24 @@ impl Turn {
                 self.close(bubble, status).await
             }
         }
+    }
+
+    /// A continuation of `call`'s turn begins: what it resumes from and what
+    /// would run, read before any decision (a stored call that no longer
+    /// parses leaves the card undecided), and the new bubble it answers in.
+    pub(super) fn continue_from(
+        &mut self,
+        call: &CallRow,
+    ) -> anyhow::Result<(Vec<ChatMessage>, Arguments, Bubble)> {
+        let (context, arguments) = confirm::run::prepare(call)?;
+        self.conversation = call.conversation.clone();
+        self.turn = call.turn.clone();
+        self.card_raised = true;
+        let bubble = Bubble {
+            id: new_id("m"),
+            text: String::new(),
+        };
+        Ok((context, arguments, bubble))
     }
 
     /// The visitor confirmed a card that also needs a teammate: it waits in

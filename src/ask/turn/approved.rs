@@ -8,12 +8,11 @@
 
 use tokio::sync::oneshot;
 
-use super::{Bubble, Turn};
+use super::Turn;
 use crate::budget::BudgetShare;
 use crate::confirm;
 use crate::confirm::approval::Approval;
 use crate::error::ApiError;
-use crate::ids::new_id;
 use crate::llm::ChatMessage;
 use crate::states::{CallStatus, Reason};
 use crate::store::{Decided, Step};
@@ -42,14 +41,7 @@ impl Turn {
         told: Told,
     ) -> anyhow::Result<()> {
         let Approval { mut call, tool, .. } = approval;
-        let (context, arguments) = confirm::run::prepare(&call)?;
-        self.conversation = call.conversation.clone();
-        self.turn = call.turn.clone();
-        self.card_raised = true;
-        let bubble = Bubble {
-            id: new_id("m"),
-            text: String::new(),
-        };
+        let (context, arguments, bubble) = self.continue_from(&call)?;
         let row = self.bubble_row(&bubble.id);
         let (to, reason) = match said.approve {
             true => (CallStatus::Confirmed, None),
@@ -80,26 +72,21 @@ impl Turn {
             .store
             .cards()
             .decide(&call, step, now, &row, Some(&share));
-        let lost = match decided.await? {
-            Decided::Won => None,
-            Decided::Late => Some((Reason::Late, ApiError::ConfirmationExpired)),
-            Decided::Stale => Some((Reason::Stale, ApiError::CallNotPending)),
-            Decided::Lost => Some((Reason::Replayed, ApiError::CallNotPending)),
-            // Nothing was decided: the call still waits, and may be approved
-            // once the budget allows.
-            Decided::Budget(reservation) => {
-                let _ = told.send(Err(crate::budget::budget_refusal(reservation, now)));
+        match decided.await? {
+            Decided::Won => {}
+            lost => {
+                // Nothing was decided. A spent budget refuses nothing: the
+                // call still waits and may be approved once it allows.
+                let error = match lost {
+                    Decided::Budget(reservation) => crate::budget::budget_refusal(reservation, now),
+                    other => {
+                        let by = Some(said.operator.as_str());
+                        confirm::decide::refused(&self.app, &call, other, now, by).await?
+                    }
+                };
+                let _ = told.send(Err(error));
                 return Ok(());
             }
-        };
-        if let Some((reason, error)) = lost {
-            if reason == Reason::Late {
-                let cards = self.app.store.cards();
-                cards.expire_due(now, Some(&call.conversation)).await?;
-            }
-            confirm::approval::refuse(&self.app, &call, reason, &said.operator).await?;
-            let _ = told.send(Err(error));
-            return Ok(());
         }
         self.app.store.budget().note_reserved(&share);
         self.open(&bubble.id, Some(share));
