@@ -117,7 +117,7 @@ async fn ask(
             // `edits: {}` is a plain Confirm.
             if let Some(edits) = edits.filter(|e| e.get().trim() != "{}") {
                 let card = Box::pin(confirm::edit::resign(&app, &verified, edits.get())).await?;
-                return edited(&verified.call, &card);
+                return edited(&verified.call, card);
             }
             let admission = Box::pin(guard::admit_turn(&app, &caller)).await?;
             let span = tracing::info_span!(
@@ -145,14 +145,17 @@ async fn ask(
 /// The answer to an edit: the old card closed, the new card, and the end of a
 /// turn that waits for its confirmation — as a short event stream, so a client
 /// reads it as it reads any answer.
-fn edited(old: &crate::store::CallRow, card: &crate::store::CallRow) -> Result<Response, ApiError> {
+fn edited(
+    old: &crate::store::CallRow,
+    card: crate::wire::StreamEvent,
+) -> Result<Response, ApiError> {
     use crate::wire::{StreamEvent, TurnStatus, Usage};
     let events = [
         StreamEvent::Decision {
             call: old.id.clone(),
             status: crate::states::CallStatus::Cancelled,
         },
-        confirm::card::event(card)?,
+        card,
         StreamEvent::Done {
             status: TurnStatus::AwaitingConfirmation,
             usage: Usage::ZERO,

@@ -291,3 +291,43 @@ confirm_when = "true"
         problems(&bad_quota)
     );
 }
+
+#[test]
+fn approval_settings_have_safe_defaults_and_bad_ones_are_named() {
+    let base = r#"
+[llm]
+base_url = "http://127.0.0.1:1/v1"
+model = "m"
+
+[[site]]
+id = "acme"
+origins = ["https://acme.example"]
+
+[[site.tool]]
+name = "refund"
+label = "Refund"
+policy = "approve"
+url = "http://127.0.0.1:9/refund"
+"#;
+    let config = Config::from_toml(base, "f.toml", &env()).unwrap();
+    let refund = &config.sites[0].tools[0];
+    assert_eq!(refund.approvers, [crate::states::OperatorRole::Admin]);
+    assert_eq!(refund.approval_ttl_min, 60.0);
+    let bad = format!(
+        "{base}approvers = []\napproval_ttl_min = 0\n\n[site.approval_webhook]\nurl = \"ftp://x\"\ntimeout_s = -1\n"
+    );
+    let found = problems(&bad);
+    for want in [
+        "site[0].tool[0].approvers: must name at least one role",
+        "site[0].tool[0].approval_ttl_min: must be more than 0",
+        "site[0].approval_webhook.url: \"ftp://x\" is not an http",
+        "site[0].approval_webhook.timeout_s: must be more than 0",
+    ] {
+        assert!(
+            found.iter().any(|p| p.starts_with(want)),
+            "{want}: {found:?}"
+        );
+    }
+    let unknown = format!("{base}approvers = [\"owner\"]\n");
+    assert!(!problems(&unknown).is_empty(), "an unknown role is refused");
+}

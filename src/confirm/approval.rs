@@ -103,7 +103,6 @@ pub async fn verify(
         CallStatus::AwaitingApproval => None,
         // Still with the visitor (`confirm+approve` before their Confirm), or
         // decided already.
-        CallStatus::Pending => Some((Reason::Replayed, ApiError::CallNotPending)),
         _ => Some((Reason::Replayed, ApiError::CallNotPending)),
     };
     if let Some((reason, error)) = refused {

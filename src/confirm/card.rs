@@ -9,11 +9,11 @@ use crate::app::App;
 use crate::clock::rfc3339;
 use crate::llm::ChatMessage;
 use crate::states::{AuditEvent, CallStatus, Policy};
-use crate::store::stored::{decode_lines, encode_lines, encode_transcript};
+use crate::store::stored::{encode_lines, encode_transcript};
 use crate::store::{AuditRow, CallRow};
 use crate::tools::arguments::Arguments;
 use crate::tools::{Tool, editable, render};
-use crate::wire::{EditableField, QuotaNote, StreamEvent};
+use crate::wire::{ArgLine, EditableField, QuotaNote, StreamEvent};
 
 /// Stores `row` (a new call of `tool`, status pending, with its canonical
 /// arguments) as a card and returns the `confirm` event that shows it; `None`
@@ -25,7 +25,6 @@ pub async fn raise(
     arguments: &Arguments,
     transcript: &[ChatMessage],
 ) -> anyhow::Result<Option<StreamEvent>> {
-    let lines = render::render(&tool.schema, &arguments.value);
     let now = app.clock.now_ms();
     // A call only a teammate approves shows the visitor no card: it goes
     // straight to the approvals queue, signed with the approvals' key.
@@ -38,15 +37,11 @@ pub async fn raise(
     if teammate_only {
         row.status = CallStatus::AwaitingApproval;
     }
-    row.lines = Some(encode_lines(&lines));
+    let face = face(&mut row, tool, arguments)?;
     row.config_digest = Some(tool.digest.clone());
     row.expires_at = Some(expires_at);
     // The system prompt is rebuilt for the continuation, so it is not stored.
     row.context = Some(encode_transcript(transcript));
-    let fields = editable::fields(tool, &arguments.value);
-    if !fields.is_empty() {
-        row.editable = Some(serde_json::to_string(&fields)?);
-    }
     let key = match teammate_only {
         true => &app.keys.approvals,
         false => &app.keys.confirmations,
@@ -66,7 +61,26 @@ pub async fn raise(
             status: CallStatus::AwaitingApproval,
         }));
     }
-    Ok(Some(event(&row)?))
+    Ok(Some(event(&row, face)))
+}
+
+/// What a card shows of its call, rendered from the arguments that will run.
+pub struct Face {
+    pub lines: Vec<ArgLine>,
+    pub editable: Vec<EditableField>,
+}
+
+/// Renders the card's lines and editable fields from `arguments` and writes
+/// them onto `row`, which stores and signs them.
+pub fn face(row: &mut CallRow, tool: &Tool, arguments: &Arguments) -> anyhow::Result<Face> {
+    let lines = render::render(&tool.schema, &arguments.value);
+    let editable = editable::fields(tool, &arguments.value);
+    row.lines = Some(encode_lines(&lines));
+    row.editable = match editable.is_empty() {
+        true => None,
+        false => Some(serde_json::to_string(&editable)?),
+    };
+    Ok(Face { lines, editable })
 }
 
 /// Stores a signed card with its `requested` row, counting its quota use when
@@ -93,18 +107,18 @@ pub async fn store(
         .await?)
 }
 
-/// The `confirm` event of a stored card.
-pub fn event(row: &CallRow) -> anyhow::Result<StreamEvent> {
-    Ok(StreamEvent::Confirm {
+/// The `confirm` event of a stored card, with what it shows.
+pub fn event(row: &CallRow, face: Face) -> StreamEvent {
+    StreamEvent::Confirm {
         call: row.id.clone(),
         tool: row.tool.clone(),
         label: row.label.clone(),
-        arguments: decode_lines(row.lines.as_deref().unwrap_or("[]"))?,
+        arguments: face.lines,
         expires_at: rfc3339(row.expires_at.unwrap_or_default()),
         signature: row.signature.clone().unwrap_or_default(),
-        editable: editable_of(row),
+        editable: face.editable,
         quota: quota_of(row),
-    })
+    }
 }
 
 /// The editable fields a card was shown with.

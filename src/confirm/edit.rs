@@ -7,20 +7,23 @@
 //! card's rows and the new card's `requested` row).
 
 use super::Verified;
+use super::card::Face;
 use crate::app::App;
 use crate::error::ApiError;
 use crate::ids::new_id;
 use crate::llm::ChatMessage;
 use crate::states::{CallStatus, Reason};
-use crate::store::stored::{decode_transcript, encode_lines, encode_transcript};
+use crate::store::stored::{decode_transcript, encode_transcript};
 use crate::store::{CallRow, Decided};
 use crate::tools::arguments::Arguments;
-use crate::tools::{editable, render};
+use crate::tools::editable;
+use crate::wire::StreamEvent;
 
 /// Signs and stores the card for `edits` to the verified card, which it
-/// replaces. An answer with edits never runs, even when they change nothing:
+/// replaces, and returns the `confirm` event that shows it. An answer with
+/// edits never runs, even when they change nothing:
 /// the visitor confirms the card that shows them.
-pub async fn resign(app: &App, verified: &Verified, edits: &str) -> Result<CallRow, ApiError> {
+pub async fn resign(app: &App, verified: &Verified, edits: &str) -> Result<StreamEvent, ApiError> {
     let Verified { call, tool } = verified;
     let current: serde_json::Value = serde_json::from_str(&call.arguments)
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored arguments: {e}")))?;
@@ -38,14 +41,14 @@ pub async fn resign(app: &App, verified: &Verified, edits: &str) -> Result<CallR
         }
     };
     let now = app.clock.now_ms();
-    let new = edited_card(app, call, tool, &arguments, now)?;
+    let (new, face) = edited_card(app, call, tool, &arguments, now)?;
     let replaced = app.store.cards().replace_edited(call, &new, now).await?;
     if replaced != Decided::Won {
         return Err(super::decide::refused(app, call, replaced, now, None).await?);
     }
     app.live
         .publish(&new.site, &new.conversation, "card_raised");
-    Ok(new)
+    Ok(super::card::event(&new, face))
 }
 
 /// The new card: the old one's call with the edited arguments, lines rendered
@@ -57,19 +60,11 @@ fn edited_card(
     tool: &crate::tools::Tool,
     arguments: &Arguments,
     now: i64,
-) -> Result<CallRow, ApiError> {
+) -> Result<(CallRow, Face), ApiError> {
     let mut new = old.clone();
     new.id = new_id("call");
     new.arguments = arguments.canonical.clone();
-    new.lines = Some(encode_lines(&render::render(
-        &tool.schema,
-        &arguments.value,
-    )));
-    let fields = editable::fields(tool, &arguments.value);
-    new.editable = match fields.is_empty() {
-        true => None,
-        false => Some(serde_json::to_string(&fields).map_err(anyhow::Error::from)?),
-    };
+    let face = super::card::face(&mut new, tool, arguments)?;
     new.status = CallStatus::Pending;
     new.expires_at = Some(now + app.config.approval_ttl.as_millis() as i64);
     new.created_at = now;
@@ -84,9 +79,8 @@ fn edited_card(
         &old.model_call_id,
         &arguments.canonical,
     )));
-    new.signature = None;
     new.signature = Some(super::sign::sign(&app.keys.confirmations, &new));
-    Ok(new)
+    Ok((new, face))
 }
 
 /// The transcript with the model's call `id` carrying `canonical` as its

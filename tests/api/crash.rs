@@ -183,7 +183,7 @@ async fn on_postgresql_a_killed_process_is_recovered_once_its_lease_lapses() {
 }
 
 /// The last message of a history.
-fn last_message(history: &serde_json::Value) -> serde_json::Value {
+pub(crate) fn last_message(history: &serde_json::Value) -> serde_json::Value {
     history["messages"]
         .as_array()
         .unwrap()

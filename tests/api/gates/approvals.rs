@@ -300,3 +300,115 @@ async fn an_operator_cannot_confirm_a_visitors_own_card_through_the_approvals_ro
     );
     assert!(t.hook.calls().is_empty());
 }
+
+#[tokio::test]
+async fn bad_approval_requests_are_refused_with_a_clear_code_and_nothing_runs() {
+    let t = refunds(Policy::Approve).await;
+    let token = t.visitor().await;
+    ask_refund(&t, &token).await;
+    let admin = t.console(OperatorRole::Admin).await;
+    let item = waiting(&admin).await.remove(0);
+    let path = format!("/v1/operator/approvals/{}", item["call"].as_str().unwrap());
+    let long = "x".repeat(1001);
+    for (body, code) in [
+        (
+            json!({"decision": "maybe", "signature": item["signature"]}),
+            "invalid_request",
+        ),
+        (json!({"decision": "approve"}), "invalid_request"),
+        (
+            json!({"decision": "approve", "signature": item["signature"], "extra": 1}),
+            "invalid_request",
+        ),
+        (
+            json!({"decision": "approve", "signature": item["signature"], "note": long}),
+            "invalid_request",
+        ),
+        (
+            json!({"decision": "decline", "signature": item["signature"], "note": "ok\u{202e}"}),
+            "invalid_request",
+        ),
+    ] {
+        let r = admin.send(Method::POST, &path, body.clone()).await;
+        assert_eq!(r.status, 400, "{body}: {:?}", r.json);
+        assert_eq!(r.json["error"]["code"], code, "{body}");
+    }
+    for call in ["call_nope", "not-an-id", "c_123"] {
+        let r = admin
+            .send(
+                Method::POST,
+                &format!("/v1/operator/approvals/{call}"),
+                json!({"decision": "approve", "signature": item["signature"]}),
+            )
+            .await;
+        assert_eq!(r.status, 404, "{call}: {:?}", r.json);
+        assert_eq!(r.json["error"]["code"], "call_not_found");
+    }
+    // Without the CSRF header a session may not decide.
+    let r = admin
+        .call(
+            Method::POST,
+            &path,
+            Some(json!({"decision": "approve", "signature": item["signature"]})),
+            false,
+        )
+        .await;
+    assert_eq!(r.status, 403, "{:?}", r.json);
+    assert_eq!(r.json["error"]["code"], "csrf_invalid");
+    assert!(t.hook.calls().is_empty());
+    assert_eq!(waiting(&admin).await.len(), 1, "the call still waits");
+}
+
+#[tokio::test]
+async fn a_late_approval_tells_the_visitors_channel_the_call_expired() {
+    let t = TestApp::with(|c| {
+        let refund = tool(c, "refund");
+        refund.policy = Policy::Approve;
+        refund.approval_ttl_min = 5.0;
+    })
+    .await;
+    let token = t.visitor().await;
+    let (conversation, _) = ask_refund(&t, &token).await;
+    let admin = t.console(OperatorRole::Admin).await;
+    let item = waiting(&admin).await.remove(0);
+    let mut channel = t.channel(&token, &conversation, None).await;
+    t.clock.advance_ms(5 * 60 * 1000 + 1);
+    assert_eq!(decide(&admin, &item, "approve").await.status, 410);
+    let events = channel.take(1, Duration::from_secs(10)).await;
+    assert_eq!(events[0].name, "card");
+    assert_eq!(
+        events[0].data,
+        json!({"call": item["call"], "status": "expired"})
+    );
+}
+
+#[tokio::test]
+async fn a_declined_call_gives_its_quota_use_back() {
+    let t = TestApp::with(|c| {
+        let refund = tool(c, "refund");
+        refund.policy = Policy::Approve;
+        refund.quota = Some(deskbell::config::Quota {
+            per: deskbell::config::QuotaPer::Visitor,
+            window: deskbell::config::QuotaWindow::Month,
+            max: 1,
+        });
+    })
+    .await;
+    let token = t.visitor().await;
+    ask_refund(&t, &token).await;
+    let admin = t.console(OperatorRole::Admin).await;
+    let item = waiting(&admin).await.remove(0);
+    t.llm.push(Script::text("Declined."));
+    assert_eq!(decide(&admin, &item, "decline").await.status, 200);
+    t.settle().await;
+    // The one use came back: the next refund waits again instead of being
+    // refused as over the quota.
+    let (_, r) = ask_refund(&t, &token).await;
+    assert_eq!(
+        r.event("step")["status"],
+        "awaiting_approval",
+        "{:?}",
+        r.names()
+    );
+    assert_eq!(waiting(&admin).await.len(), 1);
+}

@@ -7,6 +7,7 @@
 use serde_json::{Value, json};
 
 use crate::crash::harness::{Server, Setup, hanging, on_postgres, setup_with};
+use crate::crash::last_message;
 use crate::desk::crash::ada_at;
 use deskbell::testkit::Reply as Script;
 
@@ -94,12 +95,7 @@ async fn a_crash_between_a_teammates_approval_and_the_run_still_runs_the_call_on
     let call = item["call"].as_str().unwrap();
     assert_eq!(s.audit(call).await, ["requested", "confirmed", "executed"]);
     assert_eq!(s.idempotency_keys("/refund"), [call]);
-    let last = history["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let last = last_message(&history);
     assert_eq!(last["status"], "answered", "{history}");
     assert_eq!(last["text"], "Your refund is on its way [1].");
     // The recovered continuation is on the visitor's live channel too.
@@ -133,12 +129,7 @@ async fn an_approved_call_killed_while_it_runs_is_delivered_again_with_the_same_
         "delivered again with the same key"
     );
     assert_eq!(s.audit(call).await, ["requested", "confirmed", "executed"]);
-    let last = history["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let last = last_message(&history);
     assert_eq!(last["text"], "Refunded [1].", "{history}");
     server.kill();
 }

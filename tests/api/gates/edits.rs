@@ -265,3 +265,51 @@ async fn edits_with_a_cancel_are_a_bad_request() {
     assert_eq!(r.status, 400);
     assert_eq!(r.json["error"]["code"], "invalid_request");
 }
+
+#[tokio::test]
+async fn an_edit_racing_a_confirm_of_the_same_card_never_both_win() {
+    let t = TestApp::with(|c| {
+        crate::support::for_racing(c);
+        let url = super::tool(c, "refund").url.replace("/refund", "/order");
+        c.sites[0].tools.push(order_tool(url));
+    })
+    .await;
+    for _ in 0..5 {
+        let token = t.visitor().await;
+        let (conversation, card) = order_card(&t, &token).await;
+        // The continuation, if the confirm wins, takes the model stand-in's
+        // default answer: a scripted one would be left over when the edit wins.
+        let before = t.hook.calls().len();
+        let (edited, confirmed) = tokio::join!(
+            edit(&t, &token, &conversation, &card, json!({"quantity": 4})),
+            t.answer(&token, &conversation, &card, "confirm"),
+        );
+        t.settle().await;
+        let ran = t.hook.calls().len() - before;
+        match (edited.status, confirmed.status) {
+            // The edit won: a new card, nothing ran.
+            (200, 409) => assert_eq!(ran, 0),
+            // The confirm won: the shown quantity ran once, the edit refused.
+            (409, 200) => {
+                assert_eq!(ran, 1);
+                assert_eq!(
+                    t.hook.calls().last().unwrap().body["arguments"]["quantity"],
+                    2
+                );
+            }
+            other => panic!(
+                "both or neither won: {other:?} {:?} {:?}",
+                edited.json, confirmed.json
+            ),
+        }
+        let events = t.audit_events(card["call"].as_str().unwrap()).await;
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e.starts_with("refused:replayed"))
+                .count(),
+            1,
+            "{events:?}"
+        );
+    }
+}
