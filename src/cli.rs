@@ -232,7 +232,9 @@ async fn check(path: PathBuf, env: &Env) -> anyhow::Result<ExitCode> {
 async fn ingest(path: PathBuf, only: Option<String>, env: &Env) -> anyhow::Result<ExitCode> {
     let config = Config::load_unchecked(&path)?;
     let store = command_store(Some(path.clone()), env).await?;
-    let knowledge = crate::knowledge::Knowledge::default();
+    // The same model as the server's, so the passages it indexes carry their
+    // vectors (SPEC §21).
+    let knowledge = crate::knowledge::Knowledge::embedding_with(&config).await;
     let sites: Vec<_> = config
         .sites
         .iter()

@@ -29,6 +29,8 @@ use multiversion::multiversion;
 use rayon::prelude::*;
 
 pub mod attention;
+mod sentence;
+pub use sentence::dot_i8_rows;
 #[cfg(target_arch = "x86_64")]
 mod int8;
 

@@ -43,6 +43,53 @@ fn reference(w: &[f32], x: &[f32], cols: usize, r: usize, t: usize) -> (f64, f64
 
 proptest! {
     #[test]
+    fn eight_bit_dot_products_match_plain_sums(
+        (dim, rows) in (1usize..400, 0usize..20),
+        seed in any::<u64>(),
+    ) {
+        let mut state = seed;
+        let mut next = || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 56) as i8
+        };
+        let query: Vec<i8> = (0..dim).map(|_| next()).collect();
+        let matrix: Vec<i8> = (0..dim * rows).map(|_| next()).collect();
+        let mut out = vec![0i32; rows];
+        dot_i8_rows(&query, &matrix, &mut out).unwrap();
+        for (r, got) in out.iter().enumerate() {
+            let want: i32 = matrix[r * dim..(r + 1) * dim]
+                .iter()
+                .zip(&query)
+                .map(|(a, b)| i32::from(*a) * i32::from(*b))
+                .sum();
+            prop_assert_eq!(*got, want);
+        }
+        if rows > 0 {
+            prop_assert!(dot_i8_rows(&query, &matrix[1..], &mut out).is_err());
+        }
+    }
+
+    #[test]
+    fn a_product_with_rows_expanded_matches_the_expanded_weights(
+        (rows, cols, tokens, values, x) in many_tokens_case()
+    ) {
+        let m = Q8Matrix::quantize(rows, cols, &values).unwrap();
+        let w = m.dequantize();
+        let mut out = vec![f32::NAN; rows * tokens];
+        m.matmul_rows_expanded(&x, tokens, &mut out).unwrap();
+        for t in 0..tokens {
+            for r in 0..rows {
+                let (want, magnitude) = reference(&w, &x, cols, r, t);
+                let got = f64::from(out[t * rows + r]);
+                prop_assert!(
+                    (got - want).abs() <= 1e-5 * magnitude + 1e-6,
+                    "row {r}, token {t}: {got} against {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn every_value_comes_back_within_half_a_step((rows, cols, _t, values, _x) in case()) {
         let m = Q8Matrix::quantize(rows, cols, &values).unwrap();
         let back = m.dequantize();

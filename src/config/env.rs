@@ -63,6 +63,19 @@ pub(super) fn apply(config: &mut Config, env: &Env) -> Vec<Problem> {
     if let Some(v) = env.get("DESKBELL_LOCAL_TOKENIZER") {
         config.llm.local_tokenizer = Some(v.into());
     }
+    if let Some(v) = env.get("DESKBELL_EMBEDDING_MODEL") {
+        config.knowledge.embedding_model = Some(v.into());
+    }
+    if let Some(v) = env.get("DESKBELL_EMBEDDING") {
+        match v {
+            "on" => config.knowledge.embedding = super::Embedding::On,
+            "off" => config.knowledge.embedding = super::Embedding::Off,
+            _ => problems.push(Problem {
+                key: "DESKBELL_EMBEDDING".into(),
+                reason: "must be \"on\" or \"off\"".into(),
+            }),
+        }
+    }
     config.llm.local_cache = model_cache_dir(env);
     config.llm.hub_endpoint = env.get("HF_ENDPOINT").map(String::from);
     if let Some(v) = env.get(TTL_VAR) {

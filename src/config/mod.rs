@@ -7,11 +7,13 @@
 pub mod env;
 pub mod gates;
 mod hours;
+mod knowledge;
 mod tools;
 mod validate;
 
 pub use env::Env;
 pub use hours::Hours;
+pub use knowledge::{Embedding, KnowledgeConfig};
 pub use tools::{
     ApprovalWebhook, McpConfig, McpToolConfig, Quota, QuotaPer, QuotaWindow, ToolConfig,
     default_approval_ttl,
@@ -61,6 +63,8 @@ pub struct Config {
     pub server: ServerConfig,
     #[serde(default)]
     pub llm: LlmConfig,
+    #[serde(default)]
+    pub knowledge: KnowledgeConfig,
     #[serde(default, rename = "site")]
     pub sites: Vec<SiteConfig>,
     /// The master secret, from `BETTER_AUTH_SECRET` only (never from the file).

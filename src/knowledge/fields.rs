@@ -11,6 +11,9 @@ pub(super) struct Fields {
     pub title: Field,
     pub url: Field,
     pub body: Field,
+    /// The passage's vector (SPEC §21), stored beside its text so that a
+    /// generation's passages and vectors are committed together.
+    pub vector: Field,
 }
 
 pub(super) fn schema() -> (Schema, Fields) {
@@ -27,6 +30,7 @@ pub(super) fn schema() -> (Schema, Fields) {
         title: builder.add_text_field("title", stemmed.clone()),
         url: builder.add_text_field("url", STORED),
         body: builder.add_text_field("body", stemmed),
+        vector: builder.add_bytes_field("vector", STORED),
     };
     (builder.build(), fields)
 }
@@ -34,8 +38,33 @@ pub(super) fn schema() -> (Schema, Fields) {
 /// A passage found for a question.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Passage {
+    /// The document it is from, as its source named it.
+    pub path: String,
     pub title: String,
     pub url: Option<String>,
     pub text: String,
     pub score: f32,
+    /// Which searches found it (SPEC §21): its rank by BM25 and by meaning, from 1.
+    pub found: Found,
+}
+
+/// A passage's rank in each search that found it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Found {
+    pub bm25: Option<u32>,
+    pub dense: Option<u32>,
+}
+
+impl Found {
+    /// The searches by name, for citations and the console's preview.
+    pub fn names(self) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        if self.bm25.is_some() {
+            names.push("bm25");
+        }
+        if self.dense.is_some() {
+            names.push("dense");
+        }
+        names
+    }
 }

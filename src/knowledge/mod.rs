@@ -1,12 +1,17 @@
 //! The operator's knowledge: sources read into documents (`source.rs`, `html.rs`),
-//! chunked by structure (`chunk.rs`) and indexed per site for BM25 search
-//! (`index.rs`). A question's turn gives the best passages to the model as numbered
-//! sources; the answer's `[n]` markers become its citations.
+//! chunked by structure (`chunk.rs`) and indexed per site (`index/`). A question
+//! is searched by BM25 and, when the embedding model is loaded (`embed/`), by
+//! meaning over the passages' vectors (`dense.rs`), the two fused by reciprocal
+//! rank (`fuse.rs`; SPEC §21). A question's turn gives the best passages to the
+//! model as numbered sources; the answer's `[n]` markers become its citations.
 
 mod chunk;
+mod dense;
 mod document;
+pub mod embed;
 mod fetch_guard;
 mod fields;
+mod fuse;
 mod html;
 mod index;
 mod progress;
@@ -16,7 +21,8 @@ mod texts;
 mod web;
 
 pub use document::Document;
-pub use index::{Passage, Report};
+pub use index::Embed;
+pub use index::{Found, Passage, Report};
 pub use progress::Progress;
 pub use source::Skipped;
 
@@ -29,6 +35,10 @@ use crate::config::{Config, SiteConfig};
 /// Passages given to the model per question.
 pub const PASSAGES: usize = 6;
 
+/// How deep each of the two searches goes before fusion: a passage ranked this
+/// far down by one search still counts when the other ranks it high.
+const DEPTH: usize = 40;
+
 /// Each site's search index. With `open_shared` (the server's way) the indexes
 /// are caches of the database's documents, kept current by `follow_forever`.
 #[derive(Default)]
@@ -38,24 +48,42 @@ pub struct Knowledge {
     versions: std::sync::Mutex<HashMap<String, i64>>,
     /// One writer of the local indexes at a time.
     writing: tokio::sync::Mutex<()>,
+    /// The embedding model, when loaded; without it, search is BM25 alone.
+    embedding: Option<Arc<embed::Embedding>>,
 }
 
 impl Knowledge {
     /// Opens every site's index, building those that are missing first.
     pub async fn open(config: &Config) -> anyhow::Result<Knowledge> {
+        let embedding = embed::open(config).await;
         let mut sites = HashMap::new();
         for site in config.sites.iter().filter(|s| !s.knowledge.is_empty()) {
             let dir = index::folder(&config.server.data_dir, &site.id);
             if !dir.exists() {
-                let report = ingest_site(&config.server.data_dir, site).await?;
+                let report = ingest_site(&config.server.data_dir, site, embedding.clone()).await?;
                 log_report(&site.id, &report);
             }
             sites.insert(site.id.clone(), Arc::new(index::SiteIndex::open(&dir)?));
         }
         Ok(Knowledge {
             sites: RwLock::new(sites),
+            embedding,
             ..Default::default()
         })
+    }
+
+    /// No index yet, and the embedding model the configuration asks for: for
+    /// `deskbell ingest`, which builds the indexes it publishes.
+    pub async fn embedding_with(config: &Config) -> Knowledge {
+        Knowledge {
+            embedding: embed::open(config).await,
+            ..Knowledge::default()
+        }
+    }
+
+    /// The embedding model, when loaded.
+    pub fn embedding(&self) -> Option<&Arc<embed::Embedding>> {
+        self.embedding.as_ref()
     }
 
     fn index(&self, site: &str) -> Option<Arc<index::SiteIndex>> {
@@ -79,6 +107,9 @@ impl Knowledge {
         let Some(index) = self.index(site) else {
             return Ok(Vec::new());
         };
+        if let (Some(dense), Some(embedding)) = (index.dense(), self.embedding.clone()) {
+            return hybrid(index, dense, embedding, question, limit, Mode::Hybrid).await;
+        }
         // When nothing matched as written, the blocking search repeats this
         // (cheap, as it was in place) before its typo-forgiving try.
         if let Some(found) = index.search_in_place(question, limit)? {
@@ -86,6 +117,30 @@ impl Knowledge {
         }
         let question = question.to_string();
         tokio::task::spawn_blocking(move || index.search(&question, limit)).await?
+    }
+
+    /// The `limit` best passages by one search alone, or both fused, for the
+    /// retrieval benchmark (`deskbell-bench --only retrieval-quality`).
+    pub async fn search_by(
+        &self,
+        site: &str,
+        question: &str,
+        limit: usize,
+        mode: Mode,
+    ) -> anyhow::Result<Vec<Passage>> {
+        let Some(index) = self.index(site) else {
+            return Ok(Vec::new());
+        };
+        match (mode, index.dense(), self.embedding.clone()) {
+            (Mode::Bm25, _, _) => {
+                let question = question.to_string();
+                tokio::task::spawn_blocking(move || index.search(&question, limit)).await?
+            }
+            (_, Some(dense), Some(embedding)) => {
+                hybrid(index, dense, embedding, question, limit, mode).await
+            }
+            _ => anyhow::bail!("the site has no vectors, or no embedding model is loaded"),
+        }
     }
 
     /// Makes a site's searches see its latest ingest at once, rather than after
@@ -100,11 +155,95 @@ impl Knowledge {
     }
 }
 
-/// Reads a site's sources and brings its index up to date.
-pub async fn ingest_site(data_dir: &Path, site: &SiteConfig) -> anyhow::Result<Report> {
+/// Which searches a question goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Bm25,
+    Dense,
+    Hybrid,
+}
+
+/// BM25 and the search by meaning at once, fused: the question is embedded
+/// and its nearest passages found on a blocking thread while BM25 runs (in place
+/// when cheap), both in the generation the vectors were read from.
+async fn hybrid(
+    index: Arc<index::SiteIndex>,
+    dense: Arc<dense::Dense>,
+    embedding: Arc<embed::Embedding>,
+    question: &str,
+    limit: usize,
+    mode: Mode,
+) -> anyhow::Result<Vec<Passage>> {
+    // A question of no words finds nothing, as with BM25 alone.
+    if index::words_only(question).trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let owned = question.to_string();
+    let depth = DEPTH.max(limit);
+    let near = {
+        let dense = dense.clone();
+        tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let vector = embedding.embed_one(&owned)?;
+            Ok(dense.nearest(&vector, depth))
+        })
+    };
+    let bm25 = if mode == Mode::Dense {
+        Vec::new()
+    } else if index.cheap(&dense.searcher, question) {
+        index.bm25(&dense.searcher, question, depth, true)?
+    } else {
+        let (index, dense, question) = (index.clone(), dense.clone(), question.to_string());
+        tokio::task::spawn_blocking(move || index.bm25(&dense.searcher, &question, depth, true))
+            .await??
+    };
+    let near = match near.await? {
+        Ok(near) => near,
+        Err(e) => {
+            // The model failing on one question leaves it to BM25.
+            tracing::warn!(error = format!("{e:#}"), "a question could not be embedded");
+            Vec::new()
+        }
+    };
+    index.passages(&dense.searcher, fuse::rrf(&bm25, &near, limit))
+}
+
+/// Reads a site's sources and brings its index up to date with vectors from
+/// `embed` (the benchmark's stand-in vectors for 100,000 passages).
+pub async fn ingest_site_with(
+    data_dir: &Path,
+    site: &SiteConfig,
+    embed: Arc<dyn Embed>,
+) -> anyhow::Result<Report> {
     let (documents, skipped) = source::read_sources(&site.knowledge, &Default::default()).await;
     let dir = index::folder(data_dir, &site.id);
-    tokio::task::spawn_blocking(move || index::ingest(&dir, documents, skipped)).await?
+    tokio::task::spawn_blocking(move || index::ingest(&dir, documents, skipped, Some(&*embed)))
+        .await?
+}
+
+/// Reads a site's sources and brings its index up to date, embedding new
+/// passages when a model is given.
+pub async fn ingest_site(
+    data_dir: &Path,
+    site: &SiteConfig,
+    embedding: Option<Arc<embed::Embedding>>,
+) -> anyhow::Result<Report> {
+    let (documents, skipped) = source::read_sources(&site.knowledge, &Default::default()).await;
+    let dir = index::folder(data_dir, &site.id);
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let cached = embedding.as_deref().map(|embedding| embed::Cached {
+            embedding,
+            store: None,
+            runtime,
+        });
+        index::ingest(
+            &dir,
+            documents,
+            skipped,
+            cached.as_ref().map(|c| c as &dyn index::Embed),
+        )
+    })
+    .await?
 }
 
 pub fn log_report(site: &str, r: &Report) {

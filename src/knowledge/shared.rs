@@ -20,7 +20,7 @@ impl Knowledge {
     /// documents the database does not have yet (a first start) is read from its
     /// sources and published first.
     pub async fn open_shared(config: &Config, store: &Store) -> anyhow::Result<Knowledge> {
-        let knowledge = Knowledge::default();
+        let knowledge = Knowledge::embedding_with(config).await;
         for site in config.sites.iter().filter(|s| !s.knowledge.is_empty()) {
             if store.knowledge().version(&site.id).await? == 0 {
                 let (documents, skipped) =
@@ -106,9 +106,25 @@ impl Knowledge {
         let (version, documents) = store.knowledge().documents(site).await?;
         let dir = index::folder(data_dir, site);
         let building = dir.clone();
-        let report =
-            tokio::task::spawn_blocking(move || index::ingest(&building, documents, Vec::new()))
-                .await??;
+        let (embedding, store, runtime) = (
+            self.embedding.clone(),
+            store.clone(),
+            tokio::runtime::Handle::current(),
+        );
+        let report = tokio::task::spawn_blocking(move || {
+            let cached = embedding.as_deref().map(|embedding| super::embed::Cached {
+                embedding,
+                store: Some(&store),
+                runtime,
+            });
+            index::ingest(
+                &building,
+                documents,
+                Vec::new(),
+                cached.as_ref().map(|c| c as &dyn index::Embed),
+            )
+        })
+        .await??;
         let opened = match self.index(site) {
             Some(index) => {
                 index.reload()?;

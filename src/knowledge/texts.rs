@@ -26,15 +26,17 @@ fn passage_of(d: &TantivyDocument, f: Fields) -> Passage {
     };
     let url = text(f.url);
     Passage {
+        path: text(f.path),
         title: text(f.title),
         url: (!url.is_empty()).then_some(url),
         text: text(f.body),
         score: 0.0,
+        found: Default::default(),
     }
 }
 
 fn size_of(p: &Passage) -> usize {
-    p.title.len() + p.text.len() + p.url.as_ref().map_or(0, String::len)
+    p.path.len() + p.title.len() + p.text.len() + p.url.as_ref().map_or(0, String::len)
 }
 
 /// Every document's passage by segment and document id, for one generation of

@@ -92,6 +92,9 @@ pub async fn search(
                 url: p.url,
                 text: p.text,
                 score: p.score,
+                found_by: p.found.names(),
+                bm25_rank: p.found.bm25,
+                dense_rank: p.found.dense,
             })
             .collect(),
     }))

@@ -29,6 +29,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!(
     (9, "ingest jobs", "common/0009_ingest_jobs.sql"),
     (10, "human desk", "common/0010_human_desk.sql"),
     (11, "gates", "common/0011_gates.sql"),
+    (12, "knowledge vectors", "common/0012_knowledge_vectors.sql"),
 );
 
 const POSTGRES: &[(i64, &str, &str)] = embedded!(
@@ -51,6 +52,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!(
     (9, "ingest jobs", "common/0009_ingest_jobs.sql"),
     (10, "human desk", "common/0010_human_desk.sql"),
     (11, "gates", "common/0011_gates.sql"),
+    (12, "knowledge vectors", "common/0012_knowledge_vectors.sql"),
 );
 
 #[derive(Debug)]

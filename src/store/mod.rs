@@ -26,6 +26,7 @@ mod quotas;
 pub mod stored;
 mod turns;
 mod usage;
+mod vectors;
 mod visitors;
 
 pub use crate::budget::{BudgetShare, Reservation};

@@ -149,6 +149,8 @@ struct StoredCitation {
     title: String,
     url: Option<String>,
     snippet: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    found_by: Vec<String>,
 }
 
 pub fn encode_citations(citations: &[Citation]) -> String {
@@ -160,6 +162,7 @@ pub fn encode_citations(citations: &[Citation]) -> String {
                 title: c.title.clone(),
                 url: c.url.clone(),
                 snippet: c.snippet.clone(),
+                found_by: c.found_by.clone(),
             })
             .collect(),
     )
@@ -173,6 +176,7 @@ pub fn decode_citations(text: &str) -> Result<Vec<Citation>, StoredError> {
             title: c.title,
             url: c.url,
             snippet: c.snippet,
+            found_by: c.found_by,
         })
         .collect())
 }

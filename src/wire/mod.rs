@@ -152,6 +152,10 @@ pub struct Citation {
     pub title: String,
     pub url: Option<String>,
     pub snippet: String,
+    /// Which knowledge searches found the passage (SPEC §21): `"bm25"`,
+    /// `"dense"` or both; absent for a tool's result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub found_by: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]

@@ -276,6 +276,10 @@ pub struct PassageView {
     pub url: Option<String>,
     pub text: String,
     pub score: f32,
+    /// Which searches found it (`"bm25"`, `"dense"`), and its rank in each.
+    pub found_by: Vec<&'static str>,
+    pub bm25_rank: Option<u32>,
+    pub dense_rank: Option<u32>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]

@@ -78,6 +78,7 @@ fn a_valid_config_checks_ok() {
         deskbell()
             .args(["check", "--config"])
             .arg(&path)
+            .env("DESKBELL_EMBEDDING", "off")
             .env("BETTER_AUTH_SECRET", "0123456789abcdef0123456789abcdef")
             .output()
             .unwrap(),
@@ -100,6 +101,7 @@ fn serve_refuses_to_start_without_a_long_enough_secret() {
     let out = deskbell()
         .args(["serve", "--config"])
         .arg(&path)
+        .env("DESKBELL_EMBEDDING", "off")
         .env("BETTER_AUTH_SECRET", "short")
         .output()
         .unwrap();
@@ -214,6 +216,8 @@ fn urls_with_credentials_or_query_strings_never_appear_in_the_logs() {
             "master-secret-0123456789-0123456789-abc",
         ),
         ("DESKBELL_LOG", "debug"),
+        // No download of the embedding model: its debug lines are not this test's.
+        ("DESKBELL_EMBEDDING", "off"),
     ];
     let (reply, logs) = serve_ask_and_collect_logs(&runtime, &path, port, &env);
     assert_eq!(reply.status, 200, "{:?}", reply.json);

@@ -284,7 +284,7 @@ async fn pdfs_are_read_and_broken_ones_are_skipped() {
     })
     .await;
     let site = t.app.config.sites[0].clone();
-    let report = deskbell::knowledge::ingest_site(&data, &site)
+    let report = deskbell::knowledge::ingest_site(&data, &site, None)
         .await
         .unwrap();
     assert_eq!(report.unchanged, 1, "{report:?}");
@@ -333,7 +333,7 @@ async fn a_site_is_read_through_its_sitemap_politely() {
         &deskbell::config::Env::empty(),
     )
     .unwrap();
-    let report = deskbell::knowledge::ingest_site(dir.path(), &config.sites[0])
+    let report = deskbell::knowledge::ingest_site(dir.path(), &config.sites[0], None)
         .await
         .unwrap();
     assert_eq!(report.added, 2, "{report:?}");

@@ -12,13 +12,14 @@ use crate::local::test_model;
 /// A Hugging Face Hub stand-in that serves one file at one commit, as the Hub's
 /// `resolve` endpoint does (HEAD with ETag and X-Repo-Commit, then GET), counting
 /// the downloads.
-async fn fake_hub(bytes: Vec<u8>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+/// A Hub serving `bytes` for every file of every repository.
+pub async fn fake_hub(bytes: Vec<u8>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     use axum::http::{HeaderMap, Method};
     let gets = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = gets.clone();
     let bytes = bytes::Bytes::from(bytes);
     let app = axum::Router::new().route(
-        "/acme/tiny-GGUF/resolve/{revision}/{file}",
+        "/{owner}/{name}/resolve/{revision}/{file}",
         axum::routing::any(move |method: Method| {
             let (bytes, counted) = (bytes.clone(), counted.clone());
             async move {
@@ -55,6 +56,7 @@ async fn a_pinned_model_is_downloaded_once_and_its_checksum_checked() {
         revision: HUB_COMMIT.into(),
         sha256: Some("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53".into()),
         size: Some(std::fs::metadata(test_model()).unwrap().len()),
+        instead: deskbell::llm::local::fetch::CHAT_INSTEAD,
     };
     let path = fetch(&source, cache.path(), Some(&endpoint)).await.unwrap();
     assert_eq!(

@@ -14,6 +14,12 @@ mod expiry;
 mod fencing;
 mod gates;
 mod guards;
+#[cfg(feature = "local-model")]
+mod hybrid;
+#[cfg(feature = "local-model")]
+mod hybrid_crash;
+#[cfg(feature = "local-model")]
+mod hybrid_store;
 mod identity;
 mod ingest_jobs;
 mod knowledge;

@@ -379,6 +379,7 @@ async fn json_logs_are_one_object_per_line_without_message_text() {
         .args(["serve", "--config"])
         .arg(&s.config)
         .env("DESKBELL_BIND", format!("127.0.0.1:{port}"))
+        .env("DESKBELL_EMBEDDING", "off")
         .env("BETTER_AUTH_SECRET", crate::support::SECRET)
         .env("TOOL_SECRET", crate::support::TOOL_SECRET)
         .env("ACME_IDENTITY_SECRET", crate::support::IDENTITY_SECRET)

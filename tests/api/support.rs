@@ -162,6 +162,8 @@ pub fn env() -> Env {
         .with("BETTER_AUTH_SECRET", SECRET)
         .with("TOOL_SECRET", TOOL_SECRET)
         .with("ACME_IDENTITY_SECRET", IDENTITY_SECRET)
+        // BM25 alone unless a test turns the embedding model on (`knowledge.rs`).
+        .with("DESKBELL_EMBEDDING", "off")
 }
 
 impl TestApp {

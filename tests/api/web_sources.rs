@@ -18,7 +18,7 @@ async fn ingest(sources: &str) -> deskbell::knowledge::Report {
         &Env::empty(),
     )
     .unwrap();
-    deskbell::knowledge::ingest_site(dir.path(), &config.sites[0])
+    deskbell::knowledge::ingest_site(dir.path(), &config.sites[0], None)
         .await
         .unwrap()
 }
@@ -155,7 +155,7 @@ async fn a_folder_reached_again_through_a_link_is_reported_not_read_twice() {
     )
     .unwrap();
     config.sites[0].knowledge = vec![KnowledgeSource::Path(docs.display().to_string())];
-    let report = deskbell::knowledge::ingest_site(data.path(), &config.sites[0])
+    let report = deskbell::knowledge::ingest_site(data.path(), &config.sites[0], None)
         .await
         .unwrap();
     assert_eq!(report.added, 1, "{report:?}");

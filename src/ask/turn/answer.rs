@@ -189,6 +189,7 @@ impl Turn {
                     title: call.label.clone(),
                     url: None,
                     snippet: snippet(outcome),
+                    found_by: Vec::new(),
                 });
                 let mut m = self.continuation(context);
                 m.push(ChatMessage::Tool {
@@ -221,6 +222,7 @@ impl Turn {
             title: tool.label.clone(),
             url: None,
             snippet: snippet(&outcome.result),
+            found_by: Vec::new(),
         });
         // A card the visitor edited ran with the edited values; the stored
         // transcript already carries them, and the model is told so too.

@@ -272,6 +272,7 @@ impl Turn {
                 title: p.title.clone(),
                 url: p.url.clone(),
                 snippet: snippet(&p.text),
+                found_by: p.found.names().into_iter().map(String::from).collect(),
             })
             .collect();
         Some(passages)

@@ -104,6 +104,13 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     if wants("knowledge") {
         crate::knowledge::figures(quick).await?;
     }
+    // Minutes of embedding in full: only when asked for by name.
+    if wants("retrieval-quality") && (quick || only == Some("retrieval-quality")) {
+        crate::retrieval::figures(quick).await?;
+    }
+    if wants("retrieval-speed") {
+        crate::retrieval_speed::figures(quick).await?;
+    }
     if wants("console") {
         crate::console::figures(quick).await?;
     }

@@ -38,13 +38,15 @@ const QUESTIONS: &[(&str, &str)] = &[
     ("Will you repair or replace a broken product?", "Warranty"),
 ];
 
-fn config(dir: &Path, docs: &Path) -> anyhow::Result<Config> {
+pub fn config(dir: &Path, docs: &Path) -> anyhow::Result<Config> {
     let text = format!(
         "[server]\ndata_dir = \"{}\"\n[[site]]\nid = \"bench\"\n",
         dir.join("data").display()
     );
     let mut config = Config::from_toml(&text, "bench", &Env::empty())?;
     config.sites[0].knowledge = vec![KnowledgeSource::Path(docs.display().to_string())];
+    // BM25's own figures; the hybrid ones are `retrieval.rs`'s.
+    config.knowledge.embedding = deskbell::config::Embedding::Off;
     Ok(config)
 }
 
@@ -129,7 +131,8 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
     let bytes = synthetic_docs(&docs, documents, sections)?;
     let config = config(dir.path(), &docs)?;
     let started = Instant::now();
-    let r = deskbell::knowledge::ingest_site(&config.server.data_dir, &config.sites[0]).await?;
+    let r =
+        deskbell::knowledge::ingest_site(&config.server.data_dir, &config.sites[0], None).await?;
     let took = started.elapsed();
     report(
         &format!(
@@ -167,7 +170,7 @@ async fn recall() -> anyhow::Result<()> {
         std::fs::write(docs.join(name), text)?;
     }
     let config = config(dir.path(), &docs)?;
-    deskbell::knowledge::ingest_site(&config.server.data_dir, &config.sites[0]).await?;
+    deskbell::knowledge::ingest_site(&config.server.data_dir, &config.sites[0], None).await?;
     let knowledge = Knowledge::open(&config).await?;
     let mut found = 0;
     let mut first = 0;

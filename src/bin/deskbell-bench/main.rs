@@ -18,12 +18,37 @@ mod load;
 mod local;
 mod quality;
 mod replicas;
+mod retrieval;
+mod retrieval_speed;
 mod server;
 mod stats;
 
 use std::process::ExitCode;
 
+const USAGE: &str = "\
+Usage: deskbell-bench [--quick] [--only <figure>]
+
+Starts the real server against a scripted model and prints each figure as a
+Markdown table row (see BENCHMARKS.md).
+
+Options:
+  --quick          every figure small, for CI
+  --only <figure>  one group: start, ttft, latency, throughput, metrics,
+                   confirm, guards, visitors, knowledge, retrieval-quality,
+                   retrieval-speed, console, streams, desk, local, replicas,
+                   quality
+  -h, --help       this text
+
+Environment for the retrieval figures (SPEC §21):
+  DESKBELL_RETRIEVAL_SET    a BEIR folder (scripts/fetch-retrieval-set)
+  DESKBELL_TEST_EMBEDDER    the embedding model (scripts/fetch-test-embedder)
+";
+
 fn main() -> ExitCode {
+    if std::env::args().any(|a| a == "--help" || a == "-h") {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
     let runtime = match tokio::runtime::Runtime::new() {
@@ -33,7 +58,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(figures::run_all(quick, only.as_deref())) {
+    let args: Vec<String> = std::env::args().collect();
+    let run = async {
+        match args.iter().position(|a| a == "--rss-of") {
+            Some(at) => retrieval_speed::rss_of(&args[at + 1..]).await,
+            None => figures::run_all(quick, only.as_deref()).await,
+        }
+    };
+    match runtime.block_on(run) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("deskbell-bench: {e:#}");

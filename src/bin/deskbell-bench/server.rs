@@ -200,6 +200,7 @@ pub async fn start_on(
     let child = server_command()?
         .args(["serve", "--config"])
         .arg(&path)
+        .env("DESKBELL_EMBEDDING", "off")
         .env("BETTER_AUTH_SECRET", SECRET)
         .env("DESKBELL_LOG", "error")
         .envs(env.iter().copied())

@@ -95,9 +95,17 @@ function passageList(passages) {
     return h('li', { value: String(p.n), 'data-passage': String(p.n) }, [
       h('p', { class: 'passage-title' }, [h('strong', { text: `[${p.n}] ${p.title}` }), url ? ' · ' : null, url ? link(url, p.url) : null]),
       h('p', { class: 'plain', text: p.text }),
-      h('p', { class: 'muted small', text: `Score ${Number(p.score).toFixed(3)}` }),
+      h('p', { class: 'muted small', 'data-found-by': (p.found_by || []).join(' '), text: `${foundBy(p)} · score ${Number(p.score).toFixed(3)}` }),
     ]);
   }));
+}
+
+/** Which searches found a passage, with its rank in each (SPEC §21). */
+function foundBy(p) {
+  const parts = [];
+  if (p.bm25_rank) parts.push(`keywords (BM25) #${p.bm25_rank}`);
+  if (p.dense_rank) parts.push(`meaning (embeddings) #${p.dense_rank}`);
+  return parts.length ? `Found by ${parts.join(' and ')}` : 'Found';
 }
 
 /** A running job's counts on the bar (indeterminate until something is found). */

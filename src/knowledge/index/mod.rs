@@ -1,26 +1,27 @@
 //! One full-text index (tantivy, BM25, English stemming) per site, in
-//! `<data_dir>/knowledge/<site>`. The first build happens in a folder beside it and is
-//! renamed into place; later ingests update it in one commit, which readers only see
-//! once it is complete. A manifest of content hashes skips unchanged documents.
+//! `<data_dir>/knowledge/<site>`, with each passage's vector stored beside its
+//! text when embedding is on (SPEC §21). Building and updating it is
+//! `ingest.rs`; searching it is here: BM25 over the text, and the vectors kept in
+//! memory (`dense.rs`) for the search by meaning.
 
-use std::collections::BTreeMap;
+mod ingest;
+
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use anyhow::Context;
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, QueryParser, TermQuery};
 use tantivy::schema::IndexRecordOption;
 use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{Index, IndexReader, ReloadPolicy, Searcher, Term, doc};
+use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, Searcher, Term};
 
-use super::chunk::chunks;
-pub use super::fields::Passage;
+use super::dense::Dense;
 use super::fields::{Fields, schema};
-use super::source::{Document, Skipped};
+pub use super::fields::{Found, Passage};
+use super::source::Skipped;
 use super::texts::{self, Texts};
-
-const MANIFEST: &str = "deskbell-manifest.json";
-const WRITER_MEMORY: usize = 50_000_000;
+pub use ingest::{Embed, ingest};
 /// How much more a word in a passage's title counts than one in its body.
 const TITLE_BOOST: f32 = 1.5;
 
@@ -38,7 +39,7 @@ const IN_PLACE_WORDS: usize = 32;
 
 /// The question's words with everything else made a space: the query
 /// language's operators are not for visitors.
-fn words_only(question: &str) -> String {
+pub(super) fn words_only(question: &str) -> String {
     question
         .chars()
         .map(|c| if c.is_alphanumeric() { c } else { ' ' })
@@ -66,6 +67,8 @@ pub struct SiteIndex {
     /// holds the index's schema and tokenizers.
     fuzzy: QueryParser,
     texts: Texts,
+    /// The passages' vectors of the latest generation read, if they have any.
+    dense: RwLock<Option<Arc<Dense>>>,
     /// How often the index was reloaded (each reload reads every passage's
     /// text again): the ingest follower's work, never a request's.
     reloads: std::sync::atomic::AtomicUsize,
@@ -100,9 +103,10 @@ impl SiteIndex {
             reader,
             fields,
             texts: Texts::new(limit),
+            dense: RwLock::default(),
             reloads: Default::default(),
         };
-        site.texts.read(&site.reader.searcher(), fields)?;
+        site.read_generation()?;
         Ok(site)
     }
 
@@ -112,8 +116,58 @@ impl SiteIndex {
         self.reloads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.reader.reload()?;
-        self.texts.read(&self.reader.searcher(), self.fields)?;
+        self.read_generation()
+    }
+
+    /// Reads the latest generation's passages and vectors into memory.
+    fn read_generation(&self) -> anyhow::Result<()> {
+        let searcher = self.reader.searcher();
+        self.texts.read(&searcher, self.fields)?;
+        let dense = Dense::read(searcher, self.fields.vector)?.map(Arc::new);
+        *self.dense.write().unwrap_or_else(|e| e.into_inner()) = dense;
         Ok(())
+    }
+
+    /// The vectors of the latest generation read, with its searcher.
+    pub fn dense(&self) -> Option<Arc<Dense>> {
+        self.dense.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The best `limit` passages by BM25 in `searcher`'s generation, with their
+    /// scores, as `search` finds them.
+    pub fn bm25(
+        &self,
+        searcher: &Searcher,
+        question: &str,
+        limit: usize,
+        fuzzy: bool,
+    ) -> anyhow::Result<Vec<(DocAddress, f32)>> {
+        self.hits(searcher, &words_only(question), limit, fuzzy)
+    }
+
+    /// Whether a BM25 search of `question` in `searcher` is cheap enough for an
+    /// async thread (see `IN_PLACE_PASSAGES`).
+    pub fn cheap(&self, searcher: &Searcher, question: &str) -> bool {
+        searcher.num_docs() <= IN_PLACE_PASSAGES
+            && words_only(question).split_whitespace().count() <= IN_PLACE_WORDS
+            && self.texts.kept(searcher)
+    }
+
+    /// The passages at `found`, in order, with the score and ranks given.
+    pub fn passages(
+        &self,
+        searcher: &Searcher,
+        found: Vec<(DocAddress, f32, Found)>,
+    ) -> anyhow::Result<Vec<Passage>> {
+        found
+            .into_iter()
+            .map(|(address, score, by)| {
+                let mut passage = self.texts.get(searcher, self.fields, address)?;
+                passage.score = score;
+                passage.found = by;
+                Ok(passage)
+            })
+            .collect()
     }
 
     pub fn reloads(&self) -> usize {
@@ -139,14 +193,10 @@ impl SiteIndex {
         // be read between them, the text comes from the store, as for any
         // search meeting a generation not read: on an index this small, briefly.)
         let searcher = self.reader.searcher();
-        let cleaned = words_only(question);
-        if searcher.num_docs() > IN_PLACE_PASSAGES
-            || cleaned.split_whitespace().count() > IN_PLACE_WORDS
-            || !self.texts.kept(&searcher)
-        {
+        if !self.cheap(&searcher, question) {
             return Ok(None);
         }
-        let found = self.find(&searcher, &cleaned, limit, false)?;
+        let found = self.find(&searcher, &words_only(question), limit, false)?;
         Ok((!found.is_empty()).then_some(found))
     }
 
@@ -159,6 +209,30 @@ impl SiteIndex {
         limit: usize,
         fuzzy: bool,
     ) -> anyhow::Result<Vec<Passage>> {
+        let hits = self.hits(searcher, cleaned, limit, fuzzy)?;
+        let found = hits
+            .into_iter()
+            .enumerate()
+            .map(|(i, (address, score))| {
+                let by = Found {
+                    bm25: Some(i as u32 + 1),
+                    dense: None,
+                };
+                (address, score, by)
+            })
+            .collect();
+        self.passages(searcher, found)
+    }
+
+    /// The exact pass's hits, or the typo-forgiving pass's when `fuzzy` and
+    /// nothing matched exactly.
+    fn hits(
+        &self,
+        searcher: &Searcher,
+        cleaned: &str,
+        limit: usize,
+        fuzzy: bool,
+    ) -> anyhow::Result<Vec<(DocAddress, f32)>> {
         let top = TopDocs::with_limit(limit.max(1)).order_by_score();
         let mut hits = searcher.search(&self.exact_query(cleaned), &top)?;
         if hits.is_empty() && fuzzy {
@@ -166,13 +240,7 @@ impl SiteIndex {
             let (query, _) = self.fuzzy.parse_query_lenient(&cleaned.to_lowercase());
             hits = searcher.search(&query, &top)?;
         }
-        hits.into_iter()
-            .map(|(score, address)| {
-                let mut passage = self.texts.get(searcher, self.fields, address)?;
-                passage.score = score;
-                Ok(passage)
-            })
-            .collect()
+        Ok(hits.into_iter().map(|(s, a)| (a, s)).collect())
     }
 
     /// Every word of the question in the title (boosted) or the body, as one
@@ -203,118 +271,6 @@ impl SiteIndex {
         }
         BooleanQuery::new(clauses)
     }
-}
-
-/// Brings a site's index in line with its documents, holding the folder's lock
-/// file meanwhile: processes sharing a data folder (replicas on one machine, or
-/// `deskbell ingest` beside a running server) write an index one at a time, so
-/// none reads a manifest another is about to replace.
-pub fn ingest(
-    dir: &Path,
-    documents: Vec<Document>,
-    skipped: Vec<Skipped>,
-) -> anyhow::Result<Report> {
-    if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.with_extension("lock"))
-        .with_context(|| format!("cannot open the lock file beside {}", dir.display()))?;
-    lock.lock()?;
-    let report = ingest_locked(dir, documents, skipped);
-    let _ = lock.unlock();
-    report
-}
-
-fn ingest_locked(
-    dir: &Path,
-    documents: Vec<Document>,
-    skipped: Vec<Skipped>,
-) -> anyhow::Result<Report> {
-    let mut report = Report {
-        skipped,
-        ..Report::default()
-    };
-    if !dir.join(MANIFEST).exists() {
-        // The first build happens aside and is renamed into place, so a reader never
-        // finds a half-built index.
-        let building = dir.with_extension("building");
-        let _ = std::fs::remove_dir_all(&building);
-        std::fs::create_dir_all(&building)?;
-        let (schema, _) = schema();
-        Index::create_in_dir(&building, schema)?;
-        let manifest = update(&building, &BTreeMap::new(), &documents, &mut report)?;
-        write_manifest(&building, &manifest)?;
-        let _ = std::fs::remove_dir_all(dir);
-        if let Some(parent) = dir.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::rename(&building, dir)?;
-        return Ok(report);
-    }
-    let old = read_manifest(dir)?;
-    let manifest = update(dir, &old, &documents, &mut report)?;
-    write_manifest(dir, &manifest)?;
-    Ok(report)
-}
-
-/// Deletes changed and vanished documents, adds new and changed ones, one commit.
-fn update(
-    dir: &Path,
-    old: &BTreeMap<String, String>,
-    documents: &[Document],
-    report: &mut Report,
-) -> anyhow::Result<BTreeMap<String, String>> {
-    let index = Index::open_in_dir(dir)?;
-    let (_, f) = schema();
-    let mut writer: tantivy::IndexWriter = index.writer(WRITER_MEMORY)?;
-    let mut manifest = BTreeMap::new();
-    for document in documents {
-        manifest.insert(document.path.clone(), document.hash.clone());
-        match old.get(&document.path) {
-            Some(hash) if *hash == document.hash => {
-                report.unchanged += 1;
-                continue;
-            }
-            Some(_) => {
-                writer.delete_term(Term::from_field_text(f.path, &document.path));
-                report.updated += 1;
-            }
-            None => report.added += 1,
-        }
-        for chunk in chunks(&document.title, &document.text) {
-            report.chunks += 1;
-            writer.add_document(doc!(
-                f.path => document.path.clone(),
-                f.title => chunk.heading,
-                f.url => document.url.clone().unwrap_or_default(),
-                f.body => chunk.text,
-            ))?;
-        }
-    }
-    for path in old.keys().filter(|p| !manifest.contains_key(*p)) {
-        writer.delete_term(Term::from_field_text(f.path, path));
-        report.removed += 1;
-    }
-    writer.commit()?;
-    writer.wait_merging_threads()?;
-    Ok(manifest)
-}
-
-fn read_manifest(dir: &Path) -> anyhow::Result<BTreeMap<String, String>> {
-    let text = std::fs::read_to_string(dir.join(MANIFEST))?;
-    Ok(serde_json::from_str(&text)?)
-}
-
-/// Written aside and renamed, so a crash leaves the old manifest or the new one.
-fn write_manifest(dir: &Path, manifest: &BTreeMap<String, String>) -> anyhow::Result<()> {
-    let tmp = dir.join(format!("{MANIFEST}.tmp"));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(manifest)?)?;
-    std::fs::rename(&tmp, dir.join(MANIFEST))?;
-    Ok(())
 }
 
 #[cfg(test)]

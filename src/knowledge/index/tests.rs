@@ -1,6 +1,8 @@
 //! The index's tests: concurrent writers, kept passage text, searching in place.
 
+use super::ingest::read_manifest;
 use super::*;
+use crate::knowledge::source::Document;
 
 fn document(path: &str, text: &str, version: u32) -> Document {
     Document {
@@ -26,7 +28,7 @@ fn writers_of_one_folder_take_turns_and_leave_no_duplicates() {
                     document("kettle.md", "Descale the kettle with citric acid.", i % 2),
                     document("returns.md", "Return anything within thirty days.", 0),
                 ];
-                ingest(&dir, docs, Vec::new()).unwrap()
+                ingest(&dir, docs, Vec::new(), None).unwrap()
             })
         })
         .collect();
@@ -54,10 +56,10 @@ fn a_search_meeting_an_update_first_reads_the_store_and_the_text_is_kept_after()
             version,
         )]
     };
-    ingest(&dir, kettle("citric acid", 0), Vec::new()).unwrap();
+    ingest(&dir, kettle("citric acid", 0), Vec::new(), None).unwrap();
     let index = SiteIndex::open(&dir).unwrap();
     assert!(index.texts.kept(&index.reader.searcher()));
-    ingest(&dir, kettle("white vinegar", 1), Vec::new()).unwrap();
+    ingest(&dir, kettle("white vinegar", 1), Vec::new(), None).unwrap();
     index.reader.reload().unwrap();
     assert!(!index.texts.kept(&index.reader.searcher()));
     let found = index.search("descale the kettle", 5).unwrap();
@@ -93,7 +95,7 @@ fn kept_passages_match_the_store_and_follow_each_update() {
             document("shipping.md", "Parcels leave the warehouse daily.", version),
         ]
     };
-    ingest(&dir, docs(0, "citric acid"), Vec::new()).unwrap();
+    ingest(&dir, docs(0, "citric acid"), Vec::new(), None).unwrap();
     let kept = SiteIndex::open(&dir).unwrap();
     let stored = SiteIndex::open_keeping(&dir, 0).unwrap();
     assert!(kept.texts.kept(&kept.reader.searcher()));
@@ -108,7 +110,7 @@ fn kept_passages_match_the_store_and_follow_each_update() {
     // Every document changes, so the old segment goes and the new one's
     // addresses are the old ones: kept text read for the old generation
     // would be the wrong text at the right address.
-    ingest(&dir, docs(1, "white vinegar"), Vec::new()).unwrap();
+    ingest(&dir, docs(1, "white vinegar"), Vec::new(), None).unwrap();
     kept.reload().unwrap();
     stored.reload().unwrap();
     for question in ["descale the kettle", "vinegar", "parcels"] {
@@ -127,7 +129,7 @@ fn kept_passages_match_the_store_and_follow_each_update() {
 fn index_of(docs: Vec<Document>) -> (tempfile::TempDir, SiteIndex) {
     let data = tempfile::tempdir().unwrap();
     let dir = data.path().join("knowledge").join("acme");
-    ingest(&dir, docs, Vec::new()).unwrap();
+    ingest(&dir, docs, Vec::new(), None).unwrap();
     let index = SiteIndex::open(&dir).unwrap();
     (data, index)
 }

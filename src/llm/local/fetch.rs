@@ -24,7 +24,13 @@ pub struct ModelSource {
     /// The file's size in bytes, checked before its hash (a cut download is
     /// told apart from a changed file at once).
     pub size: Option<u64>,
+    /// What a person can do instead of the download, said when it fails.
+    pub instead: &'static str,
 }
+
+/// What to do instead of downloading the default chat model.
+pub const CHAT_INSTEAD: &str = "set DESKBELL_LOCAL_MODEL to a GGUF model file you have; to use a \
+     remote model, set OPENAI_API_KEY, or DESKBELL_LLM_BASE_URL and DESKBELL_LLM_MODEL";
 
 /// The default model: Qwen2.5-0.5B-Instruct (Apache-2.0), Q4_K_M, pinned to the
 /// commit, hash and size that the Hub's public record gives (see DECISIONS.md).
@@ -36,6 +42,7 @@ pub fn default_model() -> ModelSource {
         revision: "9217f5db79a29953eb74d5343926648285ec7e67".into(),
         sha256: Some("74a4da8c9fdbcd15bd1f6d01d621410d31c6fc00986f5eb687824e7b93d7a9db".into()),
         size: Some(491_400_032),
+        instead: CHAT_INSTEAD,
     }
 }
 
@@ -59,13 +66,10 @@ impl ModelSource {
 /// one short paragraph for a person: the address once, and what to set instead;
 /// the cause is logged, not shown.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "The model could not be downloaded from {url}. To run without a download, set \
-     DESKBELL_LOCAL_MODEL to a GGUF model file you have; to use a remote model, set \
-     OPENAI_API_KEY, or DESKBELL_LLM_BASE_URL and DESKBELL_LLM_MODEL."
-)]
+#[error("The model could not be downloaded from {url}. To run without a download, {instead}.")]
 pub struct CannotDownload {
     pub url: String,
+    pub instead: &'static str,
 }
 
 /// The model file, downloaded first if the cache does not hold a verified copy.
@@ -111,6 +115,7 @@ pub async fn fetch(
                     tracing::debug!(error = %e, "the model download failed");
                     return Err(CannotDownload {
                         url: source.url(endpoint),
+                        instead: source.instead,
                     }
                     .into());
                 }
@@ -127,8 +132,9 @@ async fn verify(path: &Path, source: &ModelSource) -> anyhow::Result<()> {
     let refuse = |found: String, pinned: &str| {
         anyhow::anyhow!(
             "{} has {found}, not the pinned {pinned}, so it was not used. Delete it to \
-             download it again, or set DESKBELL_LOCAL_MODEL to a GGUF model file you have.",
-            path.display()
+             download it again, or {}.",
+            path.display(),
+            source.instead
         )
     };
     if let Some(size) = source.size {

@@ -37,6 +37,7 @@ pub fn spawn_env(config: &Path, crash_at: Option<&str>, env: &[(&str, &str)]) ->
         .args(["serve", "--config"])
         .arg(config)
         .env("DESKBELL_BIND", format!("127.0.0.1:{port}"))
+        .env("DESKBELL_EMBEDDING", "off")
         .env("BETTER_AUTH_SECRET", support::SECRET)
         .env("TOOL_SECRET", support::TOOL_SECRET)
         .env("ACME_IDENTITY_SECRET", support::IDENTITY_SECRET)

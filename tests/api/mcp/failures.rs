@@ -13,6 +13,7 @@ fn check_reports_an_mcp_server_that_cannot_start() {
     let out = deskbell_command()
         .args(["check", "--config"])
         .arg(&path)
+        .env("DESKBELL_EMBEDDING", "off")
         .env("BETTER_AUTH_SECRET", "0123456789abcdef0123456789abcdef")
         .output()
         .unwrap();

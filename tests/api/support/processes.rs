@@ -29,11 +29,13 @@ pub async fn ask_as_new_visitor(base: &str, origin: &str, message: &str) -> Repl
     read(ask).await
 }
 
-/// The `deskbell` binary with a clean environment (only `PATH`).
+/// The `deskbell` binary with a clean environment (only `PATH`, and BM25
+/// search alone unless a test turns the embedding model on).
 pub fn deskbell_command() -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_deskbell"));
     c.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default());
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DESKBELL_EMBEDDING", "off");
     c
 }
 

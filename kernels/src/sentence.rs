@@ -1,0 +1,120 @@
+//! Kernels for sentence embeddings (SPEC §21): a question's few tokens through
+//! the 8-bit weights with each row expanded once, and the 8-bit dot products of a
+//! search by meaning.
+
+use multiversion::multiversion;
+use rayon::prelude::*;
+
+use super::{BLOCK, LANES, Q8Matrix, ROWS_PER_TASK, ShapeError, check_len};
+
+impl Q8Matrix {
+    /// The same product as [`Q8Matrix::matmul`], with each row expanded to f32
+    /// once and then multiplied by every token: for a few tokens to a few dozen
+    /// (a sentence to embed), where `matmul` converts every weight again for
+    /// each token. The sums are the same up to rounding (the scale is applied
+    /// to each weight rather than to each block's sum).
+    pub fn matmul_rows_expanded(
+        &self,
+        x: &[f32],
+        tokens: usize,
+        out: &mut [f32],
+    ) -> Result<(), ShapeError> {
+        check_len(tokens * self.cols, x.len())?;
+        check_len(tokens * self.rows, out.len())?;
+        if tokens == 0 || self.rows == 0 {
+            return Ok(());
+        }
+        let bpr = self.blocks_per_row();
+        let mut by_row = vec![0f32; self.rows * tokens];
+        by_row
+            .par_chunks_mut(ROWS_PER_TASK * tokens)
+            .enumerate()
+            .for_each(|(chunk, out)| {
+                let first = chunk * ROWS_PER_TASK;
+                let rows = out.len() / tokens;
+                let blocks = first * bpr..(first + rows) * bpr;
+                expanded_rows(
+                    &self.scales[blocks.clone()],
+                    &self.quants[blocks],
+                    bpr,
+                    x,
+                    out,
+                );
+            });
+        for (r, values) in by_row.chunks_exact(tokens).enumerate() {
+            for (t, value) in values.iter().enumerate() {
+                out[t * self.rows + r] = *value;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Each row of `scales`/`quants` expanded to f32 once, then dotted with every
+/// vector of `x` (`tokens` of `bpr` blocks): `out[r * tokens + t]`.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn expanded_rows(scales: &[f32], quants: &[[i8; BLOCK]], bpr: usize, x: &[f32], out: &mut [f32]) {
+    let cols = bpr * BLOCK;
+    let tokens = x.len() / cols;
+    let mut row = vec![0f32; cols];
+    for ((scales, quants), out) in scales
+        .chunks_exact(bpr)
+        .zip(quants.chunks_exact(bpr))
+        .zip(out.chunks_exact_mut(tokens))
+    {
+        for ((values, q), scale) in row.chunks_exact_mut(BLOCK).zip(quants).zip(scales) {
+            for (v, q) in values.iter_mut().zip(q) {
+                *v = f32::from(*q) * scale;
+            }
+        }
+        for (x, out) in x.chunks_exact(cols).zip(out) {
+            *out = dot_f32(&row, x);
+        }
+    }
+}
+
+/// The dot product of `query` with each row of `rows` (8-bit integers, `query.len()`
+/// each), into `out`: the search of passage vectors by meaning (SPEC §21). Compiled
+/// for AVX2 and AVX-512 too, where the widening multiply-adds fill whole registers;
+/// the crate's baseline build would do one lane at a time.
+pub fn dot_i8_rows(query: &[i8], rows: &[i8], out: &mut [i32]) -> Result<(), ShapeError> {
+    let dim = query.len();
+    if dim == 0 {
+        return Err(ShapeError::Columns(0));
+    }
+    check_len(out.len() * dim, rows.len())?;
+    dot_i8_all(query, rows, out);
+    Ok(())
+}
+
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn dot_i8_all(query: &[i8], rows: &[i8], out: &mut [i32]) {
+    for (row, out) in rows.chunks_exact(query.len()).zip(out) {
+        *out = row
+            .iter()
+            .zip(query)
+            .map(|(&a, &b)| i32::from(i16::from(a) * i16::from(b)))
+            .sum();
+    }
+}
+
+// Indexing by lane is what lets each lane keep its own sum.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    for (a, b) in a.chunks_exact(LANES).zip(b.chunks_exact(LANES)) {
+        for lane in 0..LANES {
+            acc[lane] += a[lane] * b[lane];
+        }
+    }
+    acc.iter().sum()
+}

@@ -1,0 +1,188 @@
+//! Hybrid retrieval's cost at scale (SPEC §21): one question's embedding, and a
+//! hybrid search over 100,000 passages (10,000 synthetic documents of ten
+//! sections), with the real embedding model for the question. The passages'
+//! vectors are random unit vectors, since embedding 100,000 synthetic passages
+//! would take hours and the search's cost does not depend on what the vectors
+//! say; their ingest is timed apart, with the real model, on 10,000 passages'
+//! worth in `--only retrieval-ingest`. Memory is the process's resident size with
+//! the model and vectors loaded, less its size with BM25 alone.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use deskbell::config::Embedding;
+use deskbell::knowledge::{Embed, Knowledge};
+
+use crate::stats::{Samples, ms, report};
+
+/// Random unit vectors, the same for the same text.
+struct Random {
+    dim: usize,
+}
+
+impl Embed for Random {
+    fn model(&self) -> &str {
+        "random"
+    }
+
+    fn vectors(&self, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut seed = t.bytes().fold(1469598103934665603u64, |h, b| {
+                    (h ^ u64::from(b)).wrapping_mul(1099511628211)
+                });
+                let mut v: Vec<f32> = (0..self.dim)
+                    .map(|_| {
+                        seed = seed
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+                    })
+                    .collect();
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                v.iter_mut().for_each(|x| *x /= norm);
+                v
+            })
+            .collect())
+    }
+}
+
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The resident size of a fresh process (this benchmark again, with
+/// `--rss-of`) that opens the index in `dir`, with the model in `model` or
+/// BM25 alone: the garbage of building the index stays out of the figure.
+fn rss_in_child(
+    dir: &std::path::Path,
+    docs: &std::path::Path,
+    model: Option<&std::path::Path>,
+) -> anyhow::Result<f64> {
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    command.arg("--rss-of").arg(dir).arg(docs);
+    if let Some(model) = model {
+        command.arg(model);
+    }
+    let out = command.output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "the measuring process failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().parse()?)
+}
+
+/// `--rss-of <dir> <docs> [<model>]`: opens the index and prints the resident
+/// size in MiB, once a few searches have run.
+pub async fn rss_of(args: &[String]) -> anyhow::Result<()> {
+    let [dir, docs, rest @ ..] = args else {
+        anyhow::bail!("usage: --rss-of <dir> <docs> [<model>]");
+    };
+    let mut config =
+        crate::knowledge::config(std::path::Path::new(dir), std::path::Path::new(docs))?;
+    if let Some(model) = rest.first() {
+        config.knowledge.embedding = Embedding::On;
+        config.knowledge.embedding_model = Some(model.clone());
+    }
+    let knowledge = Knowledge::open(&config).await?;
+    for q in crate::knowledge::synthetic_questions(20) {
+        knowledge.search_top("bench", &q, 8).await?;
+    }
+    println!("{:.1}", rss_mib());
+    Ok(())
+}
+
+pub async fn figures(quick: bool) -> anyhow::Result<()> {
+    let Some(model) = std::env::var_os("DESKBELL_EMBEDDING_MODEL")
+        .or_else(|| std::env::var_os("DESKBELL_TEST_EMBEDDER"))
+        .map(PathBuf::from)
+    else {
+        report(
+            "hybrid retrieval at scale",
+            "skipped: set DESKBELL_EMBEDDING_MODEL (scripts/fetch-test-embedder)",
+            "",
+        );
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let docs = dir.path().join("docs");
+    let documents = if quick { 100 } else { 10_000 };
+    crate::knowledge::synthetic_docs(&docs, documents, 10)?;
+    let mut config = crate::knowledge::config(dir.path(), &docs)?;
+    let started = Instant::now();
+    let r = deskbell::knowledge::ingest_site_with(
+        &config.server.data_dir,
+        &config.sites[0],
+        Arc::new(Random { dim: 384 }),
+    )
+    .await?;
+    let built = started.elapsed();
+    let with_bm25 = rss_in_child(dir.path(), &docs, None)?;
+    let with_hybrid = rss_in_child(dir.path(), &docs, Some(&model))?;
+    config.knowledge.embedding = Embedding::On;
+    config.knowledge.embedding_model = Some(model.display().to_string());
+    let hybrid = Knowledge::open(&config).await?;
+    let embedding = hybrid
+        .embedding()
+        .ok_or_else(|| anyhow::anyhow!("the embedding model did not load"))?
+        .clone();
+    let questions = crate::knowledge::synthetic_questions(if quick { 200 } else { 2_000 });
+    let mut embed = Samples::default();
+    for q in questions.iter().take(300) {
+        let t = Instant::now();
+        embedding.embed_one(q)?;
+        embed.push(t.elapsed());
+    }
+    let mut real = Samples::default();
+    for _ in 0..300 {
+        let t = Instant::now();
+        embedding.embed_one("How long does standard shipping take to Norway?")?;
+        real.push(t.elapsed());
+    }
+    report(
+        "embedding one question (all-MiniLM-L6-v2, 8 words, 11 tokens)",
+        &format!("p50 {} p99 {}", ms(real.p50()), ms(real.p99())),
+        "p50 ≤ 5 ms",
+    );
+    report(
+        "embedding one question (all-MiniLM-L6-v2, 2 to 5 made-up words)",
+        &format!("p50 {} p99 {}", ms(embed.p50()), ms(embed.p99())),
+        "p50 ≤ 5 ms",
+    );
+    let mut search = Samples::default();
+    for q in &questions {
+        let t = Instant::now();
+        hybrid.search_top("bench", q, 8).await?;
+        search.push(t.elapsed());
+    }
+    report(
+        &format!(
+            "hybrid search latency, top 8 of {} chunks (index built in {:.1} s)",
+            r.chunks,
+            built.as_secs_f64()
+        ),
+        &format!("p50 {} p99 {}", ms(search.p50()), ms(search.p99())),
+        "p99 ≤ 10 ms",
+    );
+    report(
+        &format!("memory of the embedding model and {} vectors", r.chunks),
+        &format!(
+            "{:.0} MiB more than BM25 alone ({:.0} → {:.0} MiB resident, each opened in a fresh process)",
+            with_hybrid - with_bm25,
+            with_bm25,
+            with_hybrid,
+        ),
+        "≤ 250 MiB",
+    );
+    Ok(())
+}

@@ -1,0 +1,234 @@
+//! The embedding model for a question: the same BERT encoder as `model.rs`, on
+//! Deskbell's 8-bit kernels (`deskbell-kernels`). A question is a few tokens,
+//! and for a few tokens candle's f32 GEMM spends more time packing than
+//! multiplying: all-MiniLM-L6-v2 took 12 ms a question there.
+//! `Q8Matrix::matmul_rows_expanded` reads each weight once, a quarter of the
+//! bytes of f32, expands its row and multiplies it by every token, on both cores (BENCHMARKS.md, "Hybrid retrieval"). Passages, hundreds of tokens
+//! each, stay on candle's GEMM, where each weight meets many tokens.
+//!
+//! BERT as in the original (post-norm): embeddings and a layer norm, then per
+//! layer self-attention over every token (no mask: one question, no padding),
+//! add and norm, a GELU feed-forward, add and norm.
+
+use std::collections::HashMap;
+
+use anyhow::Context;
+use candle_core::{Device, Tensor};
+use deskbell_kernels::Q8Matrix;
+
+/// Questions up to this many tokens take this path; longer ones candle's.
+pub const SHORT_TOKENS: usize = 48;
+
+const EPS: f32 = 1e-12;
+
+struct Norm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+struct Dense {
+    weight: Q8Matrix,
+    bias: Vec<f32>,
+}
+
+struct Layer {
+    /// Query, key and value stacked: one product for the three.
+    qkv: Dense,
+    out: Dense,
+    norm1: Norm,
+    up: Dense,
+    down: Dense,
+    norm2: Norm,
+}
+
+pub struct Short {
+    words: Q8Matrix,
+    positions: Vec<f32>,
+    types: Vec<f32>,
+    norm: Norm,
+    layers: Vec<Layer>,
+    dim: usize,
+    heads: usize,
+}
+
+fn vector(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Vec<f32>> {
+    let t = tensors
+        .get(name)
+        .with_context(|| format!("model.safetensors has no {name}"))?;
+    Ok(t.flatten_all()?.to_vec1::<f32>()?)
+}
+
+fn matrix(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Q8Matrix> {
+    let t = tensors
+        .get(name)
+        .with_context(|| format!("model.safetensors has no {name}"))?;
+    let (rows, cols) = t.dims2()?;
+    Q8Matrix::quantize(rows, cols, &t.flatten_all()?.to_vec1::<f32>()?)
+        .map_err(|e| anyhow::anyhow!("{name} cannot be quantized: {e}"))
+}
+
+fn dense(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Dense> {
+    Ok(Dense {
+        weight: matrix(tensors, &format!("{name}.weight"))?,
+        bias: vector(tensors, &format!("{name}.bias"))?,
+    })
+}
+
+fn norm(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Norm> {
+    Ok(Norm {
+        weight: vector(tensors, &format!("{name}.weight"))?,
+        bias: vector(tensors, &format!("{name}.bias"))?,
+    })
+}
+
+impl Short {
+    /// Quantizes the encoder's weights from `model.safetensors`' bytes.
+    pub fn load(weights: &[u8], layers: usize, heads: usize) -> anyhow::Result<Short> {
+        let tensors = candle_core::safetensors::load_buffer(weights, &Device::Cpu)?;
+        let mut stack = Vec::with_capacity(layers);
+        for i in 0..layers {
+            let at = |part: &str| format!("encoder.layer.{i}.{part}");
+            let (q, k, v) = (
+                dense(&tensors, &at("attention.self.query"))?,
+                dense(&tensors, &at("attention.self.key"))?,
+                dense(&tensors, &at("attention.self.value"))?,
+            );
+            let weight = Q8Matrix::stack(&[&q.weight, &k.weight, &v.weight])
+                .map_err(|e| anyhow::anyhow!("cannot stack layer {i}'s attention: {e}"))?;
+            let bias = [q.bias, k.bias, v.bias].concat();
+            stack.push(Layer {
+                qkv: Dense { weight, bias },
+                out: dense(&tensors, &at("attention.output.dense"))?,
+                norm1: norm(&tensors, &at("attention.output.LayerNorm"))?,
+                up: dense(&tensors, &at("intermediate.dense"))?,
+                down: dense(&tensors, &at("output.dense"))?,
+                norm2: norm(&tensors, &at("output.LayerNorm"))?,
+            });
+        }
+        let words = matrix(&tensors, "embeddings.word_embeddings.weight")?;
+        let dim = words.cols();
+        anyhow::ensure!(
+            heads > 0 && dim % heads == 0,
+            "heads do not divide the width"
+        );
+        Ok(Short {
+            words,
+            positions: vector(&tensors, "embeddings.position_embeddings.weight")?,
+            types: vector(&tensors, "embeddings.token_type_embeddings.weight")?,
+            norm: norm(&tensors, "embeddings.LayerNorm")?,
+            layers: stack,
+            dim,
+            heads,
+        })
+    }
+
+    /// The mean of the last layer's token vectors, normalised.
+    pub fn embed(&self, ids: &[u32]) -> anyhow::Result<Vec<f32>> {
+        let (n, d) = (ids.len(), self.dim);
+        anyhow::ensure!(n > 0 && n * d <= self.positions.len(), "too many tokens");
+        let mut x = vec![0f32; n * d];
+        for (t, (&id, row)) in ids.iter().zip(x.chunks_exact_mut(d)).enumerate() {
+            self.words
+                .row(id as usize, row)
+                .map_err(|e| anyhow::anyhow!("token {id}: {e}"))?;
+            for (j, v) in row.iter_mut().enumerate() {
+                *v += self.positions[t * d + j] + self.types[j];
+            }
+        }
+        layer_norm(&mut x, &self.norm, d);
+        for layer in &self.layers {
+            self.layer(layer, &mut x, n)?;
+        }
+        let mut mean = vec![0f32; d];
+        for row in x.chunks_exact(d) {
+            mean.iter_mut()
+                .zip(row)
+                .for_each(|(m, v)| *m += v / n as f32);
+        }
+        let norm = mean.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+        mean.iter_mut().for_each(|v| *v /= norm);
+        Ok(mean)
+    }
+
+    fn layer(&self, layer: &Layer, x: &mut [f32], n: usize) -> anyhow::Result<()> {
+        let d = self.dim;
+        let qkv = apply(&layer.qkv, x, n)?;
+        let context = attention(&qkv, n, d, self.heads);
+        let attended = apply(&layer.out, &context, n)?;
+        x.iter_mut().zip(&attended).for_each(|(a, b)| *a += b);
+        layer_norm(x, &layer.norm1, d);
+        let mut up = apply(&layer.up, x, n)?;
+        up.iter_mut().for_each(|v| *v = gelu(*v));
+        let down = apply(&layer.down, &up, n)?;
+        x.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
+        layer_norm(x, &layer.norm2, d);
+        Ok(())
+    }
+}
+
+fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
+    let rows = dense.weight.rows();
+    let mut out = vec![0f32; n * rows];
+    dense
+        .weight
+        .matmul_rows_expanded(x, n, &mut out)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for row in out.chunks_exact_mut(rows) {
+        row.iter_mut().zip(&dense.bias).for_each(|(v, b)| *v += b);
+    }
+    Ok(out)
+}
+
+/// Every token attends to every token, head by head; `qkv` holds each token's
+/// query, key and value one after another.
+fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Vec<f32> {
+    let size = d / heads;
+    let scale = 1.0 / (size as f32).sqrt();
+    let mut out = vec![0f32; n * d];
+    let mut weights = vec![0f32; n];
+    for h in 0..heads {
+        for i in 0..n {
+            let q = &qkv[i * 3 * d + h * size..][..size];
+            for (j, w) in weights.iter_mut().enumerate() {
+                let k = &qkv[j * 3 * d + d + h * size..][..size];
+                *w = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
+            }
+            let top = weights.iter().fold(f32::MIN, |m, w| m.max(*w));
+            weights.iter_mut().for_each(|w| *w = (*w - top).exp());
+            let sum: f32 = weights.iter().sum();
+            let row = &mut out[i * d + h * size..][..size];
+            for (j, w) in weights.iter().enumerate() {
+                let v = &qkv[j * 3 * d + 2 * d + h * size..][..size];
+                row.iter_mut().zip(v).for_each(|(o, v)| *o += w / sum * v);
+            }
+        }
+    }
+    out
+}
+
+fn layer_norm(x: &mut [f32], norm: &Norm, d: usize) {
+    for row in x.chunks_exact_mut(d) {
+        let mean = row.iter().sum::<f32>() / d as f32;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+        let inv = 1.0 / (var + EPS).sqrt();
+        for ((v, w), b) in row.iter_mut().zip(&norm.weight).zip(&norm.bias) {
+            *v = (*v - mean) * inv * w + b;
+        }
+    }
+}
+
+/// GELU with the error function, as BERT's `gelu` (erf by Abramowitz and Stegun
+/// 7.1.26, within 1.5e-7).
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2))
+}
+
+fn erf(x: f32) -> f32 {
+    let sign = x.signum();
+    let x = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * x);
+    let poly = t
+        * (0.254_829_6
+            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
+    sign * (1.0 - poly * (-x * x).exp())
+}
