@@ -40,7 +40,7 @@ Options:
   -h, --help       this text
 
 Environment for the retrieval figures (SPEC §21):
-  DESKBELL_RETRIEVAL_SET    a BEIR folder (scripts/fetch-retrieval-set)
+  DESKBELL_RETRIEVAL_SET    a BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv
   DESKBELL_TEST_EMBEDDER    the embedding model (scripts/fetch-test-embedder)
 ";
 

@@ -1,5 +1,6 @@
 //! Retrieval quality on a public labelled set that nobody here wrote (SPEC §21):
-//! BEIR's SciFact (`scripts/fetch-retrieval-set`), searched through the real
+//! BEIR's SciFact in a folder named by `DESKBELL_RETRIEVAL_SET` (no package
+//! registry this machine reaches carries one; BENCHMARKS.md), searched through the real
 //! index by BM25, by meaning and by both fused, scored by nDCG@10 and recall@8
 //! over documents (a document ranks where its best passage does). `--quick` runs a
 //! fixed subset for CI and fails when hybrid falls below BM25 on it.
@@ -153,7 +154,7 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
     ) else {
         report(
             "retrieval quality (SciFact)",
-            "skipped: set DESKBELL_RETRIEVAL_SET (scripts/fetch-retrieval-set) and DESKBELL_EMBEDDING_MODEL (scripts/fetch-test-embedder)",
+            "skipped: no labelled set (DESKBELL_RETRIEVAL_SET, a BEIR folder) or no model (DESKBELL_TEST_EMBEDDER, scripts/fetch-test-embedder)",
             "",
         );
         return Ok(());
