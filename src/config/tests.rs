@@ -331,3 +331,39 @@ url = "http://127.0.0.1:9/refund"
     let unknown = format!("{base}approvers = [\"owner\"]\n");
     assert!(!problems(&unknown).is_empty(), "an unknown role is refused");
 }
+
+#[test]
+fn the_embedding_setting_defaults_to_on_and_a_bad_value_is_named() {
+    let base = "[[site]]\nid = \"acme\"\norigins = [\"https://acme.example\"]\n";
+    let config = Config::from_toml(base, "f.toml", &env()).unwrap();
+    assert_eq!(config.knowledge.embedding, super::Embedding::On);
+    assert_eq!(config.knowledge.embedding_model, None);
+    let off = Config::from_toml(
+        &format!("[knowledge]\nembedding = \"off\"\nembedding_model = \"/m\"\n{base}"),
+        "f.toml",
+        &env(),
+    )
+    .unwrap();
+    assert_eq!(off.knowledge.embedding, super::Embedding::Off);
+    assert_eq!(off.knowledge.embedding_model.as_deref(), Some("/m"));
+    let found = problems(&format!("[knowledge]\nembedding = \"maybe\"\n{base}"));
+    assert!(
+        found.iter().any(|p| p.starts_with("knowledge.embedding")),
+        "{found:?}"
+    );
+    let found = problems(&format!("[knowledge]\nembeding = \"off\"\n{base}"));
+    assert!(found.iter().any(|p| p.contains("embeding")), "{found:?}");
+    // The environment overrides the file, and says so when it is wrong.
+    let from_env = env()
+        .with("DESKBELL_EMBEDDING", "off")
+        .with("DESKBELL_EMBEDDING_MODEL", "/e");
+    let config = Config::from_toml(base, "f.toml", &from_env).unwrap();
+    assert_eq!(config.knowledge.embedding, super::Embedding::Off);
+    assert_eq!(config.knowledge.embedding_model.as_deref(), Some("/e"));
+    let bad = env().with("DESKBELL_EMBEDDING", "yes");
+    let error = Config::from_toml(base, "f.toml", &bad).unwrap_err();
+    assert!(
+        error.problems.iter().any(|p| p.key == "DESKBELL_EMBEDDING"),
+        "{error:?}"
+    );
+}

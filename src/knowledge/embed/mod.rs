@@ -36,16 +36,23 @@ impl Embedding {
     /// `model.safetensors`). Reads a large file: not for an async thread.
     #[cfg(feature = "local-model")]
     pub fn load(dir: &Path) -> anyhow::Result<Embedding> {
+        let read = |name: &str| {
+            std::fs::read(dir.join(name))
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.join(name).display()))
+        };
+        let (config, tokenizer, weights) = (
+            read("config.json")?,
+            read("tokenizer.json")?,
+            read("model.safetensors")?,
+        );
         let mut hash = Sha256::new();
-        for name in ["config.json", "tokenizer.json", "model.safetensors"] {
-            let bytes = std::fs::read(dir.join(name))
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.join(name).display()))?;
-            hash.update(&bytes);
+        for bytes in [&config, &tokenizer, &weights] {
+            hash.update(bytes);
         }
         let digest = hex::encode(hash.finalize());
         Ok(Embedding {
             id: format!("sha256:{}", &digest[..32]),
-            model: model::Embedder::load(dir)?,
+            model: model::Embedder::load(&config, &tokenizer, weights)?,
         })
     }
 

@@ -2,8 +2,6 @@
 //! the CPU, mean-pooled over the tokens and normalised, so that the dot product of
 //! two vectors is their cosine similarity.
 
-use std::path::Path;
-
 use anyhow::Context;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -28,15 +26,13 @@ pub struct Embedder {
 }
 
 impl Embedder {
-    /// Loads `config.json`, `tokenizer.json` and `model.safetensors` from `dir`.
-    pub fn load(dir: &Path) -> anyhow::Result<Embedder> {
-        let read = |name: &str| {
-            std::fs::read(dir.join(name))
-                .with_context(|| format!("cannot read {}", dir.join(name).display()))
-        };
-        let config: Config = serde_json::from_slice(&read("config.json")?)
+    /// The model from the bytes of its `config.json`, `tokenizer.json` and
+    /// `model.safetensors` (read once by the caller, who also hashes them).
+    pub fn load(config: &[u8], tokenizer: &[u8], weights: Vec<u8>) -> anyhow::Result<Embedder> {
+        let raw = serde_json::from_slice::<serde_json::Value>(config)
+            .context("config.json is not JSON")?;
+        let config: Config = serde_json::from_value(raw.clone())
             .context("config.json is not a BERT configuration")?;
-        let raw = serde_json::from_slice::<serde_json::Value>(&read("config.json")?)?;
         let number = |key: &str| {
             raw.get(key)
                 .and_then(|v| v.as_u64())
@@ -44,7 +40,7 @@ impl Embedder {
                 .with_context(|| format!("config.json has no {key}"))
         };
         let dim = number("hidden_size")?;
-        let mut tokenizer = Tokenizer::from_bytes(read("tokenizer.json")?)
+        let mut tokenizer = Tokenizer::from_bytes(tokenizer)
             .map_err(|e| anyhow::anyhow!("tokenizer.json cannot be read: {e}"))?;
         tokenizer
             .with_truncation(Some(TruncationParams {
@@ -56,7 +52,6 @@ impl Embedder {
             strategy: PaddingStrategy::BatchLongest,
             ..Default::default()
         }));
-        let weights = read("model.safetensors")?;
         let short = super::short::Short::load(
             &weights,
             number("num_hidden_layers")?,
@@ -161,7 +156,13 @@ mod tests {
             eprintln!("DESKBELL_TEST_EMBEDDER is not set; skipped");
             return;
         };
-        let model = Embedder::load(&dir).unwrap();
+        let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+        let model = Embedder::load(
+            &read("config.json"),
+            &read("tokenizer.json"),
+            read("model.safetensors"),
+        )
+        .unwrap();
         let texts = [
             "can I send it back?",
             "Returns\nYou may return any item within 30 days for a full refund.",
