@@ -7,8 +7,7 @@
 //! and one scale per vector loses little; the ranking this gives was measured
 //! against f32's on the labelled set (BENCHMARKS.md, "Hybrid retrieval").
 
-use tantivy::schema::{Field, Value};
-use tantivy::{DocAddress, Searcher, TantivyDocument};
+use tantivy::{DocAddress, Searcher};
 
 /// The vectors of one generation, with the searcher they were read from, so that
 /// a question's two searches and its passages' text all come from one generation.
@@ -54,32 +53,38 @@ fn quantize(vector: &[f32], out: &mut Vec<i8>) -> f32 {
 }
 
 impl Dense {
-    /// Reads every live passage's vector; `None` when no passage has one (an
-    /// index built with embedding off).
-    /// The first vector sets the size; one of another size is skipped.
-    pub fn read(searcher: Searcher, field: Field) -> tantivy::Result<Option<Dense>> {
+    /// Reads every live passage's vector from the index's `vector` fast field
+    /// (a column beside the stored text, so the text kept in memory does not pay
+    /// for it); `None` when no passage has one (an index built with embedding
+    /// off). The first vector sets the size; one of another size is skipped.
+    pub fn read(searcher: Searcher) -> tantivy::Result<Option<Dense>> {
         let mut dense = Vectors::default();
+        let mut bytes = Vec::new();
         for (ord, reader) in searcher.segment_readers().iter().enumerate() {
-            let store = reader.get_store_reader(1)?;
+            let Some(column) = reader.fast_fields().bytes("vector")? else {
+                continue;
+            };
             let alive = reader.alive_bitset();
-            // Every document, deleted ones too, so that a document's id is its place.
-            for (id, d) in store.iter::<TantivyDocument>(None).enumerate() {
-                if alive.is_some_and(|a| !a.is_alive(id as u32)) {
+            for id in 0..reader.max_doc() {
+                if alive.is_some_and(|a| !a.is_alive(id)) {
                     continue;
                 }
-                let Ok(d) = d else { continue };
-                let Some(bytes) = d.get_first(field).and_then(|v| v.as_bytes()) else {
+                let Some(term) = column.term_ords(id).next() else {
                     continue;
                 };
+                bytes.clear();
+                if !column.ord_to_bytes(term, &mut bytes)? {
+                    continue;
+                }
                 if dense.dim == 0 {
                     dense.dim = bytes.len() / 4;
                 }
                 // A passage whose vector does not decode is found by BM25 alone.
-                let Some(vector) = decode(bytes, dense.dim) else {
+                let Some(vector) = decode(&bytes, dense.dim) else {
                     continue;
                 };
                 dense.scales.push(quantize(&vector, &mut dense.quants));
-                dense.addresses.push(DocAddress::new(ord as u32, id as u32));
+                dense.addresses.push(DocAddress::new(ord as u32, id));
             }
         }
         Ok((!dense.addresses.is_empty()).then_some(Dense {

@@ -2,7 +2,7 @@
 //! (`index/`) and the passages' kept text (`texts.rs`).
 
 use tantivy::schema::{
-    Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
+    FAST, Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
 };
 
 #[derive(Clone, Copy)]
@@ -11,8 +11,9 @@ pub(super) struct Fields {
     pub title: Field,
     pub url: Field,
     pub body: Field,
-    /// The passage's vector (SPEC §21), stored beside its text so that a
-    /// generation's passages and vectors are committed together.
+    /// The passage's vector (SPEC §21), in the same document as its text so
+    /// that a generation's passages and vectors are committed together; a fast
+    /// field (a column), not stored, so the document store keeps text only.
     pub vector: Field,
 }
 
@@ -30,7 +31,7 @@ pub(super) fn schema() -> (Schema, Fields) {
         title: builder.add_text_field("title", stemmed.clone()),
         url: builder.add_text_field("url", STORED),
         body: builder.add_text_field("body", stemmed),
-        vector: builder.add_bytes_field("vector", STORED),
+        vector: builder.add_bytes_field("vector", FAST),
     };
     (builder.build(), fields)
 }

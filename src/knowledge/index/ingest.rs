@@ -63,10 +63,10 @@ pub fn ingest(
 }
 
 /// Whether `dir` holds an index this version can add to: one with a manifest
-/// and the vector field (an index from before SPEC §21 is built again).
+/// and the schema of `fields.rs` (an index from before SPEC §21, or with the
+/// vector stored rather than a fast field, is built again).
 fn current(dir: &Path) -> bool {
-    dir.join(MANIFEST).exists()
-        && Index::open_in_dir(dir).is_ok_and(|i| i.schema().get_field("vector").is_ok())
+    dir.join(MANIFEST).exists() && Index::open_in_dir(dir).is_ok_and(|i| i.schema() == schema().0)
 }
 
 fn ingest_locked(

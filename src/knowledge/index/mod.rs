@@ -123,7 +123,7 @@ impl SiteIndex {
     fn read_generation(&self) -> anyhow::Result<()> {
         let searcher = self.reader.searcher();
         self.texts.read(&searcher, self.fields)?;
-        let dense = Dense::read(searcher, self.fields.vector)?.map(Arc::new);
+        let dense = Dense::read(searcher)?.map(Arc::new);
         *self.dense.write().unwrap_or_else(|e| e.into_inner()) = dense;
         Ok(())
     }

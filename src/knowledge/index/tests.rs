@@ -265,3 +265,62 @@ proptest::proptest! {
         }
     }
 }
+
+/// The same unit vector for every text, along the first axis.
+struct Axis;
+
+impl Embed for Axis {
+    fn model(&self) -> &str {
+        "axis"
+    }
+
+    fn vectors(&self, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
+        Ok(texts.iter().map(|_| vec![1.0, 0.0, 0.0, 0.0]).collect())
+    }
+}
+
+/// An index from before SPEC §21 (no vector field) is built again with
+/// vectors, which live in a column beside the text, not in the stored text.
+#[test]
+fn an_index_without_the_vector_field_is_built_again_with_vectors() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("knowledge").join("acme");
+    let mut old = tantivy::schema::Schema::builder();
+    old.add_text_field("path", tantivy::schema::STRING | tantivy::schema::STORED);
+    std::fs::create_dir_all(&dir).unwrap();
+    Index::create_in_dir(&dir, old.build()).unwrap();
+    std::fs::write(dir.join("deskbell-manifest.json"), "{}").unwrap();
+
+    let docs = vec![document(
+        "returns.md",
+        "Return anything within thirty days.",
+        0,
+    )];
+    let report = ingest(&dir, docs, Vec::new(), Some(&Axis)).unwrap();
+    assert_eq!(report.added, 1, "{report:?}");
+    let index = SiteIndex::open(&dir).unwrap();
+    let dense = index.dense().expect("vectors were read");
+    let near = dense.nearest(&[1.0, 0.0, 0.0, 0.0], 3);
+    assert_eq!(near.len(), 1);
+    assert!((near[0].1 - 1.0).abs() < 0.01, "{near:?}");
+    let stored: tantivy::TantivyDocument = dense.searcher.doc(near[0].0).unwrap();
+    assert!(
+        stored.get_first(index.fields.vector).is_none(),
+        "the document store holds text only"
+    );
+    let found = index.search("thirty days", 3).unwrap();
+    assert_eq!(found[0].text, "Return anything within thirty days.");
+    // The manifest names the model, so the same documents are not embedded again.
+    let again = ingest(
+        &dir,
+        vec![document(
+            "returns.md",
+            "Return anything within thirty days.",
+            0,
+        )],
+        Vec::new(),
+        Some(&Axis),
+    )
+    .unwrap();
+    assert_eq!((again.unchanged, again.added), (1, 0), "{again:?}");
+}
