@@ -207,19 +207,6 @@ async fn hybrid(
     index.passages(&dense.searcher, fuse::rrf(&bm25, &near, limit))
 }
 
-/// Reads a site's sources and brings its index up to date with vectors from
-/// `embed` (the benchmark's stand-in vectors for 100,000 passages).
-pub async fn ingest_site_with(
-    data_dir: &Path,
-    site: &SiteConfig,
-    embed: Arc<dyn Embed>,
-) -> anyhow::Result<Report> {
-    let (documents, skipped) = source::read_sources(&site.knowledge, &Default::default()).await;
-    let dir = index::folder(data_dir, &site.id);
-    tokio::task::spawn_blocking(move || index::ingest(&dir, documents, skipped, Some(&*embed)))
-        .await?
-}
-
 /// Reads a site's sources and brings its index up to date, embedding new
 /// passages when a model is given.
 pub async fn ingest_site(
@@ -227,23 +214,21 @@ pub async fn ingest_site(
     site: &SiteConfig,
     embedding: Option<Arc<embed::Embedding>>,
 ) -> anyhow::Result<Report> {
+    let embed = embedding.map(|e| Arc::new(embed::Cached::new(e, None)) as Arc<dyn Embed>);
+    ingest_site_with(data_dir, site, embed).await
+}
+
+/// `ingest_site` with vectors from `embed` (the benchmark's stand-in vectors
+/// for 100,000 passages).
+pub async fn ingest_site_with(
+    data_dir: &Path,
+    site: &SiteConfig,
+    embed: Option<Arc<dyn Embed>>,
+) -> anyhow::Result<Report> {
     let (documents, skipped) = source::read_sources(&site.knowledge, &Default::default()).await;
     let dir = index::folder(data_dir, &site.id);
-    let runtime = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || {
-        let cached = embedding.as_deref().map(|embedding| embed::Cached {
-            embedding,
-            store: None,
-            runtime,
-        });
-        index::ingest(
-            &dir,
-            documents,
-            skipped,
-            cached.as_ref().map(|c| c as &dyn index::Embed),
-        )
-    })
-    .await?
+    tokio::task::spawn_blocking(move || index::ingest(&dir, documents, skipped, embed.as_deref()))
+        .await?
 }
 
 pub fn log_report(site: &str, r: &Report) {

@@ -106,23 +106,11 @@ impl Knowledge {
         let (version, documents) = store.knowledge().documents(site).await?;
         let dir = index::folder(data_dir, site);
         let building = dir.clone();
-        let (embedding, store, runtime) = (
-            self.embedding.clone(),
-            store.clone(),
-            tokio::runtime::Handle::current(),
-        );
+        let embed = self.embedding.clone().map(|e| {
+            Arc::new(super::embed::Cached::new(e, Some(store.clone()))) as Arc<dyn index::Embed>
+        });
         let report = tokio::task::spawn_blocking(move || {
-            let cached = embedding.as_deref().map(|embedding| super::embed::Cached {
-                embedding,
-                store: Some(&store),
-                runtime,
-            });
-            index::ingest(
-                &building,
-                documents,
-                Vec::new(),
-                cached.as_ref().map(|c| c as &dyn index::Embed),
-            )
+            index::ingest(&building, documents, Vec::new(), embed.as_deref())
         })
         .await??;
         let opened = match self.index(site) {

@@ -123,7 +123,7 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
     let r = deskbell::knowledge::ingest_site_with(
         &config.server.data_dir,
         &config.sites[0],
-        Arc::new(Random { dim: 384 }),
+        Some(Arc::new(Random { dim: 384 })),
     )
     .await?;
     let built = started.elapsed();

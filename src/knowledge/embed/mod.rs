@@ -151,17 +151,30 @@ pub async fn fetch_default(_: &Path, _: Option<&str>) -> anyhow::Result<std::pat
 /// Vectors made at ingest through the database's cache of them: a passage's
 /// vector is looked up by model and text hash first, and only those missing (or
 /// whose row does not decode) are embedded, then stored for every replica.
-pub struct Cached<'a> {
-    pub embedding: &'a Embedding,
-    pub store: Option<&'a Store>,
-    pub runtime: tokio::runtime::Handle,
+pub struct Cached {
+    embedding: Arc<Embedding>,
+    store: Option<Store>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Cached {
+    /// Vectors from `embedding`, through `store`'s cache when there is one.
+    /// Made on an async thread (it takes that runtime's handle), used on a
+    /// blocking one.
+    pub fn new(embedding: Arc<Embedding>, store: Option<Store>) -> Cached {
+        Cached {
+            embedding,
+            store,
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
 }
 
 fn hash_of(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
-impl Embed for Cached<'_> {
+impl Embed for Cached {
     fn model(&self) -> &str {
         &self.embedding.id
     }
@@ -169,7 +182,7 @@ impl Embed for Cached<'_> {
     fn vectors(&self, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
         let keys: Vec<String> = texts.iter().map(|t| hash_of(t)).collect();
         let model = self.embedding.id.as_str();
-        let stored = match self.store {
+        let stored = match &self.store {
             Some(store) => self.runtime.block_on(store.vectors().get(model, &keys))?,
             None => HashMap::new(),
         };
@@ -197,7 +210,7 @@ impl Embed for Cached<'_> {
             rows.push((keys[i].clone(), encode(&vector)));
             out[i] = Some(vector);
         }
-        if let Some(store) = self.store {
+        if let Some(store) = &self.store {
             self.runtime.block_on(store.vectors().put(model, &rows))?;
         }
         Ok(out.into_iter().flatten().collect())

@@ -220,14 +220,19 @@ async fn an_agent_may_not_approve_where_only_admins_do_and_a_visitor_may_not_at_
     assert!(t.hook.calls().is_empty());
 }
 
-#[tokio::test]
-async fn an_approval_after_its_time_is_late_and_nothing_runs() {
-    let t = TestApp::with(|c| {
+/// An app whose refunds wait for a teammate for five minutes at most.
+async fn refunds_approved_within_five_minutes() -> TestApp {
+    TestApp::with(|c| {
         let refund = tool(c, "refund");
         refund.policy = Policy::Approve;
         refund.approval_ttl_min = 5.0;
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn an_approval_after_its_time_is_late_and_nothing_runs() {
+    let t = refunds_approved_within_five_minutes().await;
     let token = t.visitor().await;
     let (conversation, _) = ask_refund(&t, &token).await;
     let admin = t.console(OperatorRole::Admin).await;
@@ -361,12 +366,7 @@ async fn bad_approval_requests_are_refused_with_a_clear_code_and_nothing_runs() 
 
 #[tokio::test]
 async fn a_late_approval_tells_the_visitors_channel_the_call_expired() {
-    let t = TestApp::with(|c| {
-        let refund = tool(c, "refund");
-        refund.policy = Policy::Approve;
-        refund.approval_ttl_min = 5.0;
-    })
-    .await;
+    let t = refunds_approved_within_five_minutes().await;
     let token = t.visitor().await;
     let (conversation, _) = ask_refund(&t, &token).await;
     let admin = t.console(OperatorRole::Admin).await;
