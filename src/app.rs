@@ -131,6 +131,9 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
     let provider: Arc<dyn Provider> = match overrides.provider {
         Some(p) => p,
         None if config.llm.provider == "local" => local_provider(&config).await?,
+        None if config.llm.provider == "anthropic" => {
+            Arc::new(crate::llm::AnthropicProvider::new(&config.llm)?)
+        }
         None => Arc::new(OpenAiProvider::new(&config.llm)?),
     };
     let trusted_proxies = config

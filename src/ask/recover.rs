@@ -178,20 +178,24 @@ async fn tool_results(
         .iter()
         .map(|tc| {
             let row = rows.iter().rev().find(|r| r.model_call_id == tc.id);
-            let content = match row {
-                Some(r) if r.id == call.id => outcome.to_string(),
-                Some(r) if r.status == CallStatus::Refused => {
-                    "Error: this call was refused and did not run.".to_string()
+            let (content, is_error) = match row {
+                Some(r) if r.id == call.id => {
+                    (outcome.to_string(), call.status == CallStatus::Failed)
                 }
-                Some(r) => r
-                    .result
-                    .clone()
-                    .unwrap_or_else(|| "Not run: the turn was interrupted.".into()),
-                None => "Not run: the turn was interrupted.".into(),
+                Some(r) if r.status == CallStatus::Refused => (
+                    "Error: this call was refused and did not run.".to_string(),
+                    true,
+                ),
+                Some(r) => match &r.result {
+                    Some(result) => (result.clone(), r.status == CallStatus::Failed),
+                    None => ("Not run: the turn was interrupted.".into(), true),
+                },
+                None => ("Not run: the turn was interrupted.".into(), true),
             };
             ChatMessage::Tool {
                 tool_call_id: tc.id.clone(),
                 content,
+                is_error,
             }
         })
         .collect())

@@ -8,12 +8,14 @@ pub mod env;
 pub mod gates;
 mod hours;
 mod knowledge;
+mod llm;
 mod tools;
 mod validate;
 
 pub use env::Env;
 pub use hours::Hours;
 pub use knowledge::{Embedding, KnowledgeConfig};
+pub use llm::LlmConfig;
 pub use tools::{
     ApprovalWebhook, McpConfig, McpToolConfig, Quota, QuotaPer, QuotaWindow, ToolConfig,
     default_approval_ttl,
@@ -153,70 +155,6 @@ impl ServerConfig {
 
     pub fn bind_addr(&self) -> Option<SocketAddr> {
         self.bind.parse().ok()
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LlmConfig {
-    pub provider: String,
-    pub base_url: String,
-    pub model: String,
-    pub api_key_env: String,
-    pub max_output_tokens: u32,
-    /// Seconds to wait for the provider to accept a connection (an extension of §12).
-    pub connect_timeout_s: f64,
-    /// Seconds to wait for the next streamed chunk before the stream counts as stalled.
-    pub idle_timeout_s: f64,
-    /// How often a transient failure is retried before the first token.
-    pub max_retries: u32,
-    /// Speak HTTP/2 to an `http://` model server without negotiating it first
-    /// (h2c, "prior knowledge"), so one connection carries every turn's stream
-    /// instead of one socket each. Only for servers known to speak it; over
-    /// `https://` HTTP/2 is negotiated anyway.
-    pub http2: bool,
-    /// Seconds a whole turn may take, model rounds and tools included; past this it
-    /// ends as failed with an error event (SPEC §5, §12).
-    pub turn_timeout_s: f64,
-    /// For `provider = "local"`: the GGUF model file (`DESKBELL_LOCAL_MODEL`); when
-    /// unset, the default model is downloaded once into the model cache.
-    pub local_model: Option<String>,
-    /// For `provider = "local"`: a `tokenizer.json` to use instead of the one the
-    /// GGUF file carries (`DESKBELL_LOCAL_TOKENIZER`).
-    pub local_tokenizer: Option<String>,
-    /// For `provider = "local"`: how many turns may wait for the model; one more
-    /// is answered 503 `provider_unavailable`.
-    pub local_queue: usize,
-    /// Where the default local model is kept once downloaded (from the environment).
-    #[serde(skip)]
-    pub local_cache: std::path::PathBuf,
-    /// The Hub to download it from, when not huggingface.co (`HF_ENDPOINT`).
-    #[serde(skip)]
-    pub hub_endpoint: Option<String>,
-    #[serde(skip)]
-    pub api_key: Option<Secret>,
-}
-
-impl Default for LlmConfig {
-    fn default() -> Self {
-        Self {
-            provider: "openai".into(),
-            base_url: "https://api.openai.com/v1".into(),
-            model: "gpt-4o-mini".into(),
-            api_key_env: "OPENAI_API_KEY".into(),
-            max_output_tokens: 1024,
-            connect_timeout_s: 10.0,
-            idle_timeout_s: 60.0,
-            max_retries: 2,
-            http2: false,
-            turn_timeout_s: 120.0,
-            local_model: None,
-            local_tokenizer: None,
-            local_queue: 4,
-            local_cache: std::path::PathBuf::new(),
-            hub_endpoint: None,
-            api_key: None,
-        }
     }
 }
 
@@ -388,6 +326,7 @@ impl Config {
 
     /// Applies the environment, resolves secrets and runs every check.
     pub fn finish(mut self, file: &str, env: &Env) -> Result<Config, ConfigError> {
+        self.llm.provider_defaults();
         let mut problems = env::apply(&mut self, env);
         problems.extend(validate::check(&self));
         if problems.is_empty() {

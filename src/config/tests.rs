@@ -367,3 +367,37 @@ fn the_embedding_setting_defaults_to_on_and_a_bad_value_is_named() {
         "{error:?}"
     );
 }
+
+#[test]
+fn the_anthropic_provider_defaults_to_anthropics_url_key_and_model() {
+    let base = "[[site]]\nid = \"acme\"\norigins = [\"https://acme.example\"]\n";
+    let keyed = env().with("ANTHROPIC_API_KEY", "sk-ant-1");
+    let config = Config::from_toml(
+        &format!("[llm]\nprovider = \"anthropic\"\n{base}"),
+        "f.toml",
+        &keyed,
+    )
+    .unwrap();
+    assert_eq!(config.llm.base_url, "https://api.anthropic.com/v1");
+    assert_eq!(config.llm.api_key_env, "ANTHROPIC_API_KEY");
+    assert_eq!(config.llm.model, "claude-haiku-4-5");
+    assert_eq!(
+        config.llm.api_key.as_ref().map(|k| k.expose()),
+        Some(&b"sk-ant-1"[..])
+    );
+    // What the file says is kept.
+    let own = format!(
+        "[llm]\nprovider = \"anthropic\"\nbase_url = \"http://gateway:8080/v1\"\nmodel = \"claude-x\"\napi_key_env = \"MY_KEY\"\n{base}"
+    );
+    let config = Config::from_toml(&own, "f.toml", &env().with("MY_KEY", "k")).unwrap();
+    assert_eq!(config.llm.base_url, "http://gateway:8080/v1");
+    assert_eq!(config.llm.model, "claude-x");
+    assert!(config.llm.api_key.is_some());
+    let found = problems(&format!("[llm]\nprovider = \"claude\"\n{base}"));
+    assert!(
+        found
+            .iter()
+            .any(|p| p.starts_with("llm.provider") && p.contains("anthropic")),
+        "{found:?}"
+    );
+}

@@ -138,11 +138,15 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
             "\"local\" needs a build with the embedded model (the `local-model` feature)",
         );
     }
-    if !matches!(config.llm.provider.as_str(), "openai" | "local") {
+    if !matches!(
+        config.llm.provider.as_str(),
+        "openai" | "anthropic" | "local"
+    ) {
         add(
             &mut out,
             "llm.provider".into(),
-            "must be \"openai\" (any OpenAI-compatible API) or \"local\" (the embedded model)",
+            "must be \"openai\" (any OpenAI-compatible API), \"anthropic\" (Anthropic's Messages API) \
+             or \"local\" (the embedded model)",
         );
     }
     if !is_http_url(&config.llm.base_url) {

@@ -83,6 +83,7 @@ impl<'a> From<&'a ChatMessage> for Message<'a> {
             ChatMessage::Tool {
                 tool_call_id,
                 content,
+                ..
             } => Message::Tool {
                 tool_call_id,
                 content,

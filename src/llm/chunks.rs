@@ -70,9 +70,9 @@ pub struct ChunkDecoder {
     done: bool,
 }
 
-impl ChunkDecoder {
+impl super::sse::Decoder for ChunkDecoder {
     /// Decodes one `data:` payload. `[DONE]` ends the response.
-    pub fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ProviderError> {
+    fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ProviderError> {
         let data = data.trim();
         if data == "[DONE]" {
             self.done = true;
@@ -111,7 +111,7 @@ impl ChunkDecoder {
 
     /// Called when the byte stream ends. A response that ended without `[DONE]` or a
     /// finish reason was cut off.
-    pub fn finish(&mut self) -> Result<Vec<ModelEvent>, ProviderError> {
+    fn finish(&mut self) -> Result<Vec<ModelEvent>, ProviderError> {
         if self.done {
             return Ok(Vec::new());
         }
@@ -124,10 +124,12 @@ impl ChunkDecoder {
         Ok(self.flush_calls())
     }
 
-    pub fn is_done(&self) -> bool {
+    fn is_done(&self) -> bool {
         self.done
     }
+}
 
+impl ChunkDecoder {
     fn absorb(&mut self, delta: ToolCallDelta) {
         // Servers that omit `index` send one call at a time: a new id starts a new call.
         let index = match delta.index {

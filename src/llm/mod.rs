@@ -1,15 +1,21 @@
-//! The model provider interface and its OpenAI-compatible implementation.
+//! The model provider interface and its implementations: OpenAI-compatible
+//! servers (`openai.rs`), Anthropic's Messages API (`anthropic/`) and the
+//! embedded model (`local/`).
 //!
 //! The turn engine sees only `Provider`: a request goes in, a stream of text deltas,
 //! assembled tool calls and usage comes out. Anything that speaks that interface
 //! (a remote API today, an embedded model later) plugs in the same way.
 
+pub mod anthropic;
 mod body;
 pub mod chunks;
 #[cfg(feature = "local-model")]
 pub mod local;
 pub(crate) mod openai;
+mod retry;
+pub mod sse;
 
+pub use anthropic::AnthropicProvider;
 #[cfg(feature = "local-model")]
 pub use local::LocalProvider;
 pub use openai::OpenAiProvider;
@@ -38,6 +44,10 @@ pub enum ChatMessage {
     Tool {
         tool_call_id: String,
         content: String,
+        /// The call did not run or failed: Anthropic's `tool_result` says so
+        /// with `is_error`; OpenAI's shape has no such field.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
     },
 }
 

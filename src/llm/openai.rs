@@ -2,18 +2,18 @@
 //! deltas and usage. Retries transient faults before the first token only, since a
 //! retry after text was shown would repeat it.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
-use eventsource_stream::Eventsource;
+use futures_util::Stream;
 use futures_util::future::BoxFuture;
-use futures_util::{Stream, StreamExt, stream};
 use reqwest::header::CONTENT_TYPE;
 
 use super::body::Body;
 use super::chunks::ChunkDecoder;
-use super::{ChatRequest, ModelEvent, ModelStream, Provider, ProviderError};
+use super::retry::{self, Fault};
+use super::sse;
+use super::{ChatRequest, ModelStream, Provider, ProviderError};
 use crate::config::LlmConfig;
 use crate::secret::Secret;
 
@@ -59,7 +59,7 @@ impl OpenAiProvider {
             .map_err(|e| ProviderError::Protocol(format!("the request could not be written: {e}")))
     }
 
-    async fn attempt(&self, body: &Bytes) -> Result<ModelStream, ProviderError> {
+    async fn attempt(&self, body: &Bytes) -> Result<ModelStream, Fault> {
         let mut post = self
             .http
             .post(self.url.clone())
@@ -74,16 +74,12 @@ impl OpenAiProvider {
             .map_err(|e| ProviderError::Connect(without_url(&e)))?;
         let status = response.status();
         if !status.is_success() {
-            return Err(ProviderError::Status(status.as_u16()));
+            return Err(Fault {
+                error: ProviderError::Status(status.as_u16()),
+                retry_after: retry::retry_after(response.headers()),
+            });
         }
-        let mut events = decode_sse(response.bytes_stream(), self.idle);
-        // Wait for the first event so that a fault before anything was streamed can
-        // still be retried or answered with 503.
-        match events.next().await {
-            Some(Ok(first)) => Ok(stream::once(async { Ok(first) }).chain(events).boxed()),
-            Some(Err(e)) => Err(e),
-            None => Ok(stream::empty().boxed()),
-        }
+        Ok(sse::first(decode_sse(response.bytes_stream(), self.idle)).await?)
     }
 }
 
@@ -91,38 +87,19 @@ impl Provider for OpenAiProvider {
     fn stream(&self, request: ChatRequest) -> BoxFuture<'_, Result<ModelStream, ProviderError>> {
         Box::pin(async move {
             let body = self.body(&request)?;
-            let mut attempt = 0;
-            loop {
-                match self.attempt(&body).await {
-                    Ok(stream) => return Ok(stream),
-                    Err(e) if e.is_transient() && attempt < self.retries => {
-                        tracing::warn!(error = %e, attempt, "model provider fault; retrying");
-                        tokio::time::sleep(Duration::from_millis(150 << attempt)).await;
-                        attempt += 1;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+            retry::with_retries(self.retries, || self.attempt(&body)).await
         })
     }
 }
 
 /// reqwest's errors name the URL; the base URL is configuration, not a secret, but
 /// keeping error text short and uniform keeps logs readable.
-fn without_url(e: &reqwest::Error) -> String {
+pub(super) fn without_url(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     if let Some(url) = e.url() {
         text = text.replace(url.as_str(), "<provider>");
     }
     text
-}
-
-struct DecodeState<S> {
-    events: S,
-    decoder: ChunkDecoder,
-    queue: VecDeque<ModelEvent>,
-    ended: bool,
-    idle: Duration,
 }
 
 /// Decodes an SSE byte stream of chat completion chunks into model events, with a
@@ -132,38 +109,5 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: std::fmt::Display + Send + 'static,
 {
-    let state = DecodeState {
-        events: Box::pin(bytes.eventsource()),
-        decoder: ChunkDecoder::default(),
-        queue: VecDeque::new(),
-        ended: false,
-        idle,
-    };
-    stream::unfold(state, |mut st| async move {
-        loop {
-            if let Some(event) = st.queue.pop_front() {
-                return Some((Ok(event), st));
-            }
-            if st.ended {
-                return None;
-            }
-            let step = match tokio::time::timeout(st.idle, st.events.next()).await {
-                Err(_) => Err(ProviderError::Timeout),
-                Ok(None) => st.decoder.finish(),
-                Ok(Some(Err(e))) => Err(ProviderError::Stream(e.to_string())),
-                Ok(Some(Ok(event))) => st.decoder.push(&event.data),
-            };
-            match step {
-                Ok(events) => {
-                    st.queue.extend(events);
-                    st.ended = st.decoder.is_done();
-                }
-                Err(e) => {
-                    st.ended = true;
-                    return Some((Err(e), st));
-                }
-            }
-        }
-    })
-    .boxed()
+    sse::decode(bytes, ChunkDecoder::default(), idle)
 }

@@ -69,6 +69,9 @@ enum StoredMessage {
     Tool {
         tool_call_id: String,
         content: String,
+        /// Absent in transcripts written before providers were told of errors.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
     },
 }
 
@@ -104,9 +107,11 @@ pub fn encode_transcript(messages: &[ChatMessage]) -> String {
             ChatMessage::Tool {
                 tool_call_id,
                 content,
+                is_error,
             } => Some(StoredMessage::Tool {
                 tool_call_id: tool_call_id.clone(),
                 content: content.clone(),
+                is_error: *is_error,
             }),
         })
         .collect();
@@ -135,9 +140,11 @@ pub fn decode_transcript(text: &str) -> Result<Vec<ChatMessage>, StoredError> {
             StoredMessage::Tool {
                 tool_call_id,
                 content,
+                is_error,
             } => ChatMessage::Tool {
                 tool_call_id,
                 content,
+                is_error,
             },
         })
         .collect())
@@ -233,6 +240,7 @@ mod tests {
             ChatMessage::Tool {
                 tool_call_id: "c0".into(),
                 content: "ok".into(),
+                is_error: false,
             },
         ];
         let text = encode_transcript(&messages);

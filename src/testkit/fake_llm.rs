@@ -1,7 +1,9 @@
 //! A scripted model server. Each request takes the next scripted reply (or a short
 //! default answer) and streams it the way OpenAI does: a role chunk, content and
-//! tool-call deltas split into small pieces, a finish chunk, a usage chunk, `[DONE]`.
-//! It can also misbehave: answer 429/500, stall, or cut the stream.
+//! tool-call deltas split into small pieces, a finish chunk, a usage chunk, `[DONE]`;
+//! or, started as `Dialect::Anthropic`, the way Anthropic's Messages API does
+//! (`fake_anthropic.rs`). It can also misbehave: answer 429/500/529, stall, send
+//! an error event, stop for `max_tokens`, or cut the stream.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,58 +19,10 @@ use axum::routing::post;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-#[derive(Debug, Clone)]
-pub enum Piece {
-    Text(String),
-    ToolCall {
-        id: String,
-        name: String,
-        arguments: String,
-    },
-    Usage {
-        input: u64,
-        output: u64,
-    },
-    Pause(Duration),
-    /// Sends no usage chunk, as some servers do (and streams cut short).
-    NoUsage,
-    /// Text sent as one delta, however long.
-    Chunk(String),
-    /// Breaks the connection off here.
-    Cut,
-}
+use super::script::{Dialect, Piece, Reply, pieces};
 
-#[derive(Debug, Clone)]
-pub enum Reply {
-    Stream(Vec<Piece>),
-    Status(u16),
-    /// Never answers (until the client gives up).
-    Stall,
-}
-
-impl Reply {
-    pub fn text(text: &str) -> Reply {
-        Reply::Stream(vec![Piece::Text(text.into())])
-    }
-
-    /// One response with these tool calls, named with their arguments.
-    pub fn tool_calls(calls: &[(&str, Value)]) -> Reply {
-        Reply::Stream(
-            calls
-                .iter()
-                .enumerate()
-                .map(|(i, (name, args))| Piece::ToolCall {
-                    id: format!("call_fake_{i}"),
-                    name: name.to_string(),
-                    arguments: args.to_string(),
-                })
-                .collect(),
-        )
-    }
-}
-
-#[derive(Default)]
 struct Script {
+    dialect: Dialect,
     replies: Mutex<VecDeque<Reply>>,
     requests: Mutex<Vec<Value>>,
     /// The HTTP version of each request, in order.
@@ -89,16 +43,36 @@ pub struct FakeLlm {
 }
 
 impl FakeLlm {
+    /// A stand-in speaking OpenAI's Chat Completions.
     pub async fn start() -> std::io::Result<FakeLlm> {
-        let script = Arc::new(Script::default());
+        Self::start_as(Dialect::OpenAi).await
+    }
+
+    pub async fn start_as(dialect: Dialect) -> std::io::Result<FakeLlm> {
+        let script = Arc::new(Script {
+            dialect,
+            replies: Default::default(),
+            requests: Default::default(),
+            versions: Default::default(),
+            first_token_delay_us: Default::default(),
+            head_delay_us: Default::default(),
+        });
+        let path = match dialect {
+            Dialect::OpenAi => "/v1/chat/completions",
+            Dialect::Anthropic => "/v1/messages",
+        };
         let router = axum::Router::new()
-            .route("/v1/chat/completions", post(complete))
+            .route(path, post(complete))
             .with_state(script.clone());
         let base = super::serve_on_loopback(router).await?;
         Ok(FakeLlm {
             base_url: format!("{base}/v1"),
             script,
         })
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.script.dialect
     }
 
     pub fn push(&self, reply: Reply) {
@@ -139,8 +113,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 async fn complete(
     State(script): State<Arc<Script>>,
     version: axum::http::Version,
+    headers: axum::http::HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
+    let dialect = script.dialect;
+    if dialect == Dialect::Anthropic
+        && let Err(why) = super::fake_anthropic::check(&headers, &body)
+    {
+        lock(&script.requests).push(body);
+        let error = super::fake_anthropic::error_body("invalid_request_error", &why);
+        return (StatusCode::BAD_REQUEST, Json(error)).into_response();
+    }
     lock(&script.requests).push(body);
     lock(&script.versions).push(version);
     let reply = lock(&script.replies)
@@ -151,13 +134,16 @@ async fn complete(
         tokio::time::sleep(head_delay).await;
     }
     match reply {
-        Reply::Status(code) => {
-            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            (
-                status,
-                Json(json!({"error": {"message": "scripted failure"}})),
-            )
-                .into_response()
+        Reply::Status(code) => failure(dialect, code),
+        Reply::Busy {
+            status,
+            retry_after_s,
+        } => {
+            let mut response = failure(dialect, status);
+            response
+                .headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from(retry_after_s));
+            response
         }
         Reply::Stall => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -170,7 +156,10 @@ async fn complete(
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }
-                play(pieces, tx).await
+                match dialect {
+                    Dialect::OpenAi => play(pieces, tx).await,
+                    Dialect::Anthropic => super::fake_anthropic::play(pieces, tx).await,
+                }
             });
             Response::builder()
                 .header("content-type", "text/event-stream")
@@ -182,15 +171,26 @@ async fn complete(
     }
 }
 
+/// An error answer in the dialect's shape.
+fn failure(dialect: Dialect, code: u16) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = match dialect {
+        Dialect::OpenAi => json!({"error": {"message": "scripted failure"}}),
+        Dialect::Anthropic => {
+            let kind = match code {
+                429 => "rate_limit_error",
+                529 => "overloaded_error",
+                _ => "api_error",
+            };
+            super::fake_anthropic::error_body(kind, "scripted failure")
+        }
+    };
+    (status, Json(body)).into_response()
+}
+
 fn chunk(delta: Value, finish: Option<&str>) -> Value {
     json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake",
            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-}
-
-/// Splits text into pieces of at most `n` characters.
-fn pieces(text: &str, n: usize) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    chars.chunks(n.max(1)).map(|c| c.iter().collect()).collect()
 }
 
 async fn play(script: Vec<Piece>, tx: mpsc::Sender<Result<Bytes, std::io::Error>>) {
@@ -209,6 +209,7 @@ async fn play(script: Vec<Piece>, tx: mpsc::Sender<Result<Bytes, std::io::Error>
     let mut usage = None;
     let mut tool_index = 0;
     let mut report_usage = true;
+    let mut stop = None;
     for piece in script {
         match piece {
             Piece::Text(text) => {
@@ -244,6 +245,11 @@ async fn play(script: Vec<Piece>, tx: mpsc::Sender<Result<Bytes, std::io::Error>
                     return;
                 }
             }
+            Piece::Stop(reason) => stop = Some(reason),
+            Piece::Error(kind) => {
+                send(json!({"error": {"type": kind, "message": "scripted error"}})).await;
+                return;
+            }
             Piece::Cut => {
                 // Give the server time to flush what was sent: an error aborts the
                 // connection and would discard buffered chunks.
@@ -253,7 +259,12 @@ async fn play(script: Vec<Piece>, tx: mpsc::Sender<Result<Bytes, std::io::Error>
             }
         }
     }
-    let finish = if tool_index > 0 { "tool_calls" } else { "stop" };
+    let finish = match stop.as_deref() {
+        Some("max_tokens") => "length",
+        Some(other) => other,
+        None if tool_index > 0 => "tool_calls",
+        None => "stop",
+    };
     send(chunk(json!({}), Some(finish))).await;
     let (input, output) = usage.unwrap_or((10, output_tokens));
     if report_usage {

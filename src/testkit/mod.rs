@@ -1,14 +1,18 @@
 //! Test stand-ins that speak real protocols over real sockets: a scripted model
-//! server (OpenAI Chat Completions with SSE) and a recording tool endpoint. They live
+//! server (OpenAI Chat Completions or Anthropic Messages, streamed) and a
+//! recording tool endpoint. They live
 //! in the library so that tests, benchmarks and examples share them.
 
+mod fake_anthropic;
 mod fake_llm;
 pub mod haproxy;
 mod postgres;
+mod script;
 mod webhook;
 
-pub use fake_llm::{FakeLlm, Piece, Reply};
+pub use fake_llm::FakeLlm;
 pub use postgres::fresh_database as fresh_postgres;
+pub use script::{Dialect, Piece, Reply};
 pub use webhook::{HookReply, Recorded, Webhook};
 
 use tokio::net::TcpListener;

@@ -1,5 +1,6 @@
 //! Integration tests: the real app over HTTP on port 0, a fresh database each.
 
+mod anthropic;
 mod ask;
 mod audit;
 mod cli;

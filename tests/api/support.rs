@@ -7,7 +7,7 @@ use deskbell::app::{self, App, Overrides};
 use deskbell::clock::ManualClock;
 use deskbell::config::{Config, Env};
 use deskbell::llm::Provider;
-use deskbell::testkit::{FakeLlm, Webhook};
+use deskbell::testkit::{Dialect, FakeLlm, Webhook};
 use serde_json::Value;
 
 mod console;
@@ -15,6 +15,7 @@ mod live;
 mod processes;
 mod redis;
 mod reply;
+pub mod sent;
 
 pub use console::{Console, PASSWORD, session_cookie};
 pub use live::Channel;
@@ -61,10 +62,21 @@ impl Backend {
     }
 }
 
+/// The model stand-in's protocol: OpenAI's by default, Anthropic's with
+/// `DESKBELL_TEST_PROVIDER=anthropic` (CI runs the provider-facing suites both
+/// ways, SPEC §22).
+pub fn dialect_under_test() -> Dialect {
+    match std::env::var("DESKBELL_TEST_PROVIDER").as_deref() {
+        Ok("anthropic") => Dialect::Anthropic,
+        _ => Dialect::OpenAi,
+    }
+}
+
 pub fn config_text(llm: &FakeLlm, hook: &Webhook) -> String {
     format!(
         r#"
 [llm]
+provider = "{provider}"
 base_url = "{llm}"
 model = "fake"
 idle_timeout_s = 2
@@ -112,6 +124,7 @@ id = "other"
 origins = ["https://other.example"]
 "#,
         llm = llm.base_url,
+        provider = llm.dialect().provider(),
         lookup = hook.url("/lookup"),
         cancel = hook.url("/cancel"),
         refund = hook.url("/refund"),
@@ -162,6 +175,7 @@ pub fn env() -> Env {
         .with("BETTER_AUTH_SECRET", SECRET)
         .with("TOOL_SECRET", TOOL_SECRET)
         .with("ACME_IDENTITY_SECRET", IDENTITY_SECRET)
+        .with("ANTHROPIC_API_KEY", "sk-ant-test-key")
         // BM25 alone unless a test turns the embedding model on (`knowledge.rs`).
         .with("DESKBELL_EMBEDDING", "off")
 }
@@ -182,12 +196,22 @@ impl TestApp {
         provider: Option<Arc<dyn Provider>>,
         edit: impl FnOnce(&mut Config),
     ) -> TestApp {
+        Self::speaking(dialect_under_test(), provider, edit).await
+    }
+
+    /// Like `with_provider`, with a model stand-in of the given protocol
+    /// whatever the suite's (`anthropic.rs` always speaks Anthropic's).
+    pub async fn speaking(
+        dialect: Dialect,
+        provider: Option<Arc<dyn Provider>>,
+        edit: impl FnOnce(&mut Config),
+    ) -> TestApp {
         let dir = tempfile::tempdir().unwrap();
         let url = match Backend::under_test() {
             Backend::Sqlite => format!("sqlite://{}", dir.path().join("deskbell.db").display()),
             Backend::Postgres => fresh_postgres_database().await,
         };
-        let llm = FakeLlm::start().await.unwrap();
+        let llm = FakeLlm::start_as(dialect).await.unwrap();
         let hook = Webhook::start().await.unwrap();
         Self::on(
             url,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use deskbell::testkit::{HookReply, Reply as Script};
 use serde_json::{Value, json};
 
-use crate::support::TestApp;
+use crate::support::{TestApp, sent};
 
 #[tokio::test]
 async fn only_one_card_per_turn_and_the_model_is_told_why() {
@@ -80,14 +80,7 @@ async fn an_auto_call_runs_and_its_result_goes_back_to_the_model() {
     );
     assert_eq!(r.text(), "Order 7 has shipped.");
     let second = &t.llm.requests()[1];
-    let tool = second["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap()
-        .clone();
-    assert_eq!(tool["content"], r#"{"status": "shipped"}"#);
+    assert_eq!(sent::tool_results(second)[0], r#"{"status": "shipped"}"#);
     let call = r.all("step")[0]["call"].as_str().unwrap().to_string();
     assert_eq!(t.audit_events(&call).await, ["requested", "executed"]);
     let h = t.history(&token, &r.conversation()).await.json;
@@ -113,24 +106,13 @@ async fn unknown_off_and_invalid_calls_are_refused_and_the_model_is_told_why() {
         r.names()
     );
     assert!(t.hook.calls().is_empty());
-    let offered: Vec<String> = t.llm.requests()[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap().to_string())
-        .collect();
+    let offered = sent::offered(&t.llm.requests()[0]);
     assert_eq!(
         offered,
         ["lookup_order", "cancel_order", "refund"],
         "off tools are never offered"
     );
-    let tool_messages: Vec<String> = t.llm.requests()[1]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap().to_string())
-        .collect();
+    let tool_messages = sent::tool_results(&t.llm.requests()[1]);
     assert_eq!(tool_messages.len(), 4);
     assert!(tool_messages[0].contains("no tool named"));
     assert!(tool_messages[2].contains("input schema"));
@@ -221,14 +203,7 @@ async fn a_tool_result_is_cut_at_16_kib() {
     t.llm.push(Script::text("Long."));
     t.question(&token, None, "Go").await;
     let second = &t.llm.requests()[1];
-    let tool = second["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap()
-        .clone();
-    assert_eq!(tool["content"].as_str().unwrap().len(), 16 * 1024);
+    assert_eq!(sent::tool_results(second)[0].len(), 16 * 1024);
 }
 
 #[tokio::test]

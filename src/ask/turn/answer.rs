@@ -68,6 +68,7 @@ impl Turn {
                     content: "The visitor did not approve this call, so it did not run. Do not try this call or \
                               tool again in this turn; answer without it."
                         .to_string(),
+                    is_error: true,
                 });
                 let mut bubble = bubble;
                 let status = self.rounds(messages, &mut bubble, None).await;
@@ -195,6 +196,7 @@ impl Turn {
                 m.push(ChatMessage::Tool {
                     tool_call_id: call.model_call_id.clone(),
                     content: format!("[1] {outcome}"),
+                    is_error: call.status == CallStatus::Failed,
                 });
                 m
             }
@@ -236,6 +238,7 @@ impl Turn {
         messages.push(ChatMessage::Tool {
             tool_call_id: call.model_call_id.clone(),
             content: format!("{edited}[1] {}", outcome.result),
+            is_error: status == CallStatus::Failed,
         });
         self.refresh_tools().await;
         let record = confirm::run::record(&self.app, call, &outcome, status, &self.fence);

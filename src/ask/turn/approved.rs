@@ -116,6 +116,7 @@ impl Turn {
                     "A teammate declined this call, so it did not run.{note} Tell the visitor; do not try this \
                      call or tool again in this turn."
                 ),
+                is_error: true,
             });
             let mut bubble = bubble;
             let status = self.rounds(messages, &mut bubble, None).await;

@@ -54,10 +54,10 @@ impl Turn {
                     ),
                 },
             };
-            let result = match plan {
+            let (result, is_error) = match plan {
                 Plan::Refuse { reason, tell } => {
                     self.record_refusal(&call, bubble, reason).await?;
-                    tell
+                    (tell, true)
                 }
                 Plan::Auto(tool, args, rule) => {
                     self.run_auto(&call, &tool, &args, rule, bubble).await?
@@ -70,6 +70,7 @@ impl Turn {
             messages.push(ChatMessage::Tool {
                 tool_call_id: call.id.clone(),
                 content: result,
+                is_error,
             });
         }
         let Some((call, tool, args, rule)) = card else {
@@ -85,6 +86,7 @@ impl Turn {
         messages.push(ChatMessage::Tool {
             tool_call_id: call.id.clone(),
             content: self.quota_spent(&call, &tool, bubble).await?,
+            is_error: true,
         });
         Ok(false)
     }
@@ -225,7 +227,7 @@ impl Turn {
         arguments: &Arguments,
         rule: Option<String>,
         bubble: &Bubble,
-    ) -> anyhow::Result<String> {
+    ) -> anyhow::Result<(String, bool)> {
         let mut row = self.call_row(
             call,
             bubble,
@@ -254,14 +256,14 @@ impl Turn {
                     .await?
                     .is_none()
                 {
-                    return self.quota_spent(call, tool, bubble).await;
+                    return Ok((self.quota_spent(call, tool, bubble).await?, true));
                 }
             }
         }
         let (outcome, status) = self.run_tool(&row.id, tool, &arguments.value).await?;
         confirm::run::record(&self.app, &row, &outcome, status, &self.fence).await?;
         self.sink.send(step_event(&row.id, tool, status)).await;
-        Ok(outcome.result)
+        Ok((outcome.result, status == CallStatus::Failed))
     }
 
     /// Raises the turn's one card (`confirm::card`) and shows it; false when

@@ -50,6 +50,7 @@ fn reference_message(message: &ChatMessage) -> Value {
         ChatMessage::Tool {
             tool_call_id,
             content,
+            ..
         } => json!({"role": "tool", "tool_call_id": tool_call_id, "content": content}),
     }
 }
@@ -77,9 +78,12 @@ fn message() -> impl Strategy<Value = ChatMessage> {
                 tool_calls,
             }
         }),
-        (text(), text()).prop_map(|(tool_call_id, content)| ChatMessage::Tool {
-            tool_call_id,
-            content
+        (text(), text(), any::<bool>()).prop_map(|(tool_call_id, content, is_error)| {
+            ChatMessage::Tool {
+                tool_call_id,
+                content,
+                is_error,
+            }
         }),
     ]
 }

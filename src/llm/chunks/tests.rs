@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::ChunkDecoder;
 use crate::llm::openai::decode_sse;
+use crate::llm::sse::Decoder;
 use crate::llm::{ModelEvent, ProviderError, ToolCall};
 use crate::wire::Usage;
 

@@ -209,6 +209,7 @@ mod tests {
                 ChatMessage::Tool {
                     tool_call_id: "c1".into(),
                     content: "[1] shipped".into(),
+                    is_error: false,
                 },
             ],
             &[],
