@@ -18,6 +18,7 @@ mod crashpoint;
 pub mod demo;
 mod desk;
 mod error;
+mod feedback;
 mod guard;
 /// The guards' counters, for tests and benchmarks that play a replica.
 pub use guard::counters::{Counters, Refusal};

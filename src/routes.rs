@@ -30,6 +30,7 @@ pub fn router(app: App) -> Router {
         .merge(crate::visitor::router())
         .merge(crate::ask::router())
         .merge(crate::conversation::router())
+        .merge(crate::feedback::router())
         .merge(crate::desk::router())
         .merge(crate::approvals::router())
         .merge(crate::widget::router())

@@ -132,7 +132,7 @@ pub fn write_row(row: &AuditRow, format: Format, out: &mut impl Write) -> anyhow
 /// RFC 4180 quoting: fields with commas, quotes or line breaks are quoted, and a
 /// leading `=`, `+`, `-`, `@`, tab or carriage return is prefixed with `'` so
 /// spreadsheets do not run it as a formula.
-fn csv_field(field: &str) -> String {
+pub(crate) fn csv_field(field: &str) -> String {
     let field = if field.starts_with(['=', '+', '-', '@', '\t', '\r']) {
         format!("'{field}")
     } else {

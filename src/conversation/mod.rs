@@ -16,7 +16,7 @@ use crate::guard;
 use crate::ids::ConversationId;
 use crate::states::{CallKind, CallStatus, Role};
 use crate::store::stored::{StoredError, decode_citations, decode_lines};
-use crate::store::{CallRow, MessageRow};
+use crate::store::{CallRow, FeedbackRow, MessageRow};
 use crate::wire::{ArgLine, Citation, ConversationView, MessageView, StepView};
 
 pub fn router() -> Router<App> {
@@ -41,7 +41,8 @@ async fn show(
         .await?;
     let messages = app.store.conversations().messages(&id).await?;
     let calls = app.store.calls().in_conversation(&id).await?;
-    Ok(Json(view(id, messages, calls)))
+    let feedback = app.store.feedback().in_conversation(&id).await?;
+    Ok(Json(view(id, messages, calls, &feedback)))
 }
 
 /// Puts an assistant message, as history shows it, on the visitor's live
@@ -50,7 +51,8 @@ async fn show(
 pub(crate) async fn deliver(app: &App, conversation: &str, message: &str) -> anyhow::Result<()> {
     let messages = app.store.conversations().messages(conversation).await?;
     let calls = app.store.calls().in_conversation(conversation).await?;
-    let view = view(conversation.to_string(), messages, calls);
+    // A new answer has no rating yet.
+    let view = view(conversation.to_string(), messages, calls, &HashMap::new());
     let Some(shown) = view.messages.iter().find(|m| m.id == message) else {
         return Ok(());
     };
@@ -66,7 +68,12 @@ pub(crate) async fn deliver(app: &App, conversation: &str, message: &str) -> any
     Ok(())
 }
 
-pub(crate) fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -> ConversationView {
+pub(crate) fn view(
+    id: String,
+    messages: Vec<MessageRow>,
+    calls: Vec<CallRow>,
+    feedback: &HashMap<String, FeedbackRow>,
+) -> ConversationView {
     let mut steps: HashMap<&str, Vec<StepView>> = HashMap::new();
     // A card the visitor's edits replaced shows as the card that replaced it
     // (SPEC §20): the audit keeps both, history the one that counts.
@@ -104,6 +111,7 @@ pub(crate) fn view(id: String, messages: Vec<MessageRow>, calls: Vec<CallRow>) -
                 citations,
                 steps: assistant.then(|| steps.remove(m.id.as_str()).unwrap_or_default()),
                 name: m.author,
+                feedback: feedback.get(&m.id).map(crate::feedback::view),
                 text: m.text,
                 id: m.id,
             }

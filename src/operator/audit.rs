@@ -70,8 +70,8 @@ pub async fn list(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExportQuery {
-    format: Option<String>,
-    site: Option<String>,
+    pub(super) format: Option<String>,
+    pub(super) site: Option<String>,
 }
 
 /// The whole table (of one site, optionally), read and sent a page at a time:
@@ -81,15 +81,7 @@ pub async fn export(
     _: Operator,
     Params(query): Params<ExportQuery>,
 ) -> Result<Response, ApiError> {
-    let format = match query.format.as_deref().unwrap_or("jsonl") {
-        "jsonl" => Format::Jsonl,
-        "csv" => Format::Csv,
-        _ => {
-            return Err(ApiError::InvalidRequest(
-                "format: must be jsonl or csv".into(),
-            ));
-        }
-    };
+    let format = export_format(query.format.as_deref())?;
     if let Some(site) = &query.site {
         query_site(&app, site)?;
     }
@@ -109,7 +101,16 @@ pub async fn export(
         let chunk = state.next().await?;
         Some((chunk, state))
     });
-    let mut response = Body::from_stream(stream).into_response();
+    download(Body::from_stream(stream), content_type, name)
+}
+
+/// A response that browsers save as the file `name` and nothing keeps.
+pub(super) fn download(
+    body: Body,
+    content_type: &'static str,
+    name: &str,
+) -> Result<Response, ApiError> {
+    let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(
@@ -119,6 +120,17 @@ pub async fn export(
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
+}
+
+/// The `format` of an export: JSON lines unless `csv` is asked for.
+pub(super) fn export_format(format: Option<&str>) -> Result<Format, ApiError> {
+    match format.unwrap_or("jsonl") {
+        "jsonl" => Ok(Format::Jsonl),
+        "csv" => Ok(Format::Csv),
+        _ => Err(ApiError::InvalidRequest(
+            "format: must be jsonl or csv".into(),
+        )),
+    }
 }
 
 struct Export {

@@ -152,7 +152,8 @@ pub async fn show(
                 .map_err(|e| ApiError::Internal(e.into()))?,
         });
     }
-    let view = crate::conversation::view(id.to_string(), messages, calls);
+    let feedback = app.store.feedback().in_conversation(id).await?;
+    let view = crate::conversation::view(id.to_string(), messages, calls, &feedback);
     let mut total = Usage::ZERO;
     let messages = view
         .messages

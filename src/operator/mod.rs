@@ -9,6 +9,7 @@ mod audit;
 pub mod auth;
 pub mod commands;
 mod conversations;
+mod feedback;
 mod ingest;
 mod knowledge;
 mod session;
@@ -45,6 +46,7 @@ pub fn router() -> Router<App> {
         .route("/v1/operator/events", get(conversations::events))
         .route("/v1/operator/audit", get(audit::list))
         .route("/v1/operator/audit/export", get(audit::export))
+        .route("/v1/operator/feedback/export", get(feedback::export))
         .route("/v1/operator/tools", get(tools::list))
         .route("/v1/operator/tools/{site}/{name}", patch(tools::change))
         .route(

@@ -66,6 +66,18 @@ async fn site_usage(app: &App, site: &Site, first: i64, today: i64) -> Result<Si
             }
         })
         .collect();
+    for (d, rating, n) in app.store.feedback().per_day(id, since).await? {
+        if let Some(day) = usize::try_from(d - first)
+            .ok()
+            .and_then(|i| days.get_mut(i))
+        {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            match rating.as_str() {
+                "up" => day.helpful += n,
+                _ => day.not_helpful += n,
+            }
+        }
+    }
     for (d, event, policy, n) in events {
         let Some(day) = usize::try_from(d - first)
             .ok()

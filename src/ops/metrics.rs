@@ -57,6 +57,10 @@ fn describe() {
         "Operators whose console was in use within the last two minutes, as last counted."
     );
     describe_counter!(
+        "deskbell_feedback_total",
+        "Ratings visitors gave answers, by site and rating (up, down); a changed rating counts again."
+    );
+    describe_counter!(
         "deskbell_handoffs_total",
         "Conversations handed to a person, by site and by who asked (visitor, assistant, console)."
     );
@@ -172,6 +176,12 @@ pub fn tool_call(site: &str, tool: Option<&str>, policy: &'static str, outcome: 
 
 pub fn confirmation(site: &str, decision: &'static str) {
     counter!("deskbell_confirmations_total", "site" => site.to_string(), "decision" => decision)
+        .increment(1);
+}
+
+/// A visitor rated an answer.
+pub fn feedback(site: &str, rating: &str) {
+    counter!("deskbell_feedback_total", "site" => site.to_string(), "rating" => rating.to_string())
         .increment(1);
 }
 

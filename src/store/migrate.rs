@@ -30,6 +30,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!(
     (10, "human desk", "common/0010_human_desk.sql"),
     (11, "gates", "common/0011_gates.sql"),
     (12, "knowledge vectors", "common/0012_knowledge_vectors.sql"),
+    (13, "feedback", "common/0013_feedback.sql"),
 );
 
 const POSTGRES: &[(i64, &str, &str)] = embedded!(
@@ -53,6 +54,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!(
     (10, "human desk", "common/0010_human_desk.sql"),
     (11, "gates", "common/0011_gates.sql"),
     (12, "knowledge vectors", "common/0012_knowledge_vectors.sql"),
+    (13, "feedback", "common/0013_feedback.sql"),
 );
 
 #[derive(Debug)]

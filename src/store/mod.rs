@@ -15,6 +15,7 @@ mod conversations;
 pub mod desk;
 mod edits;
 mod error;
+mod feedback;
 pub mod ingests;
 mod installation;
 mod knowledge;
@@ -38,6 +39,7 @@ pub use conversations::{
     ConversationFilter, ConversationListRow, MessageRow, SEARCH_WINDOW, STREAMING,
 };
 pub use error::{StoreError, StoreResult};
+pub use feedback::FeedbackRow;
 pub use ingests::IngestJobRow;
 pub use operators::{OperatorRow, SessionRow, TokenRow};
 pub use overrides::{ToolEdit, ToolOverride};

@@ -5,10 +5,12 @@
 
 mod card;
 mod desk;
+mod feedback;
 mod operator;
 
 pub use card::*;
 pub use desk::*;
+pub use feedback::*;
 pub use operator::*;
 
 use serde::{Deserialize, Serialize};
@@ -286,6 +288,9 @@ pub struct MessageView {
     /// An operator's display name on their replies (SPEC §19).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The visitor's rating of this answer, when they gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<FeedbackView>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]

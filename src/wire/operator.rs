@@ -221,6 +221,10 @@ pub struct DayUsage {
     pub expired: i64,
     pub auto_calls: i64,
     pub failures: i64,
+    /// Answers rated helpful and not helpful that day (by the rating's last
+    /// change): the day's satisfaction is `helpful / (helpful + not_helpful)`.
+    pub helpful: i64,
+    pub not_helpful: i64,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]

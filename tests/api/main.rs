@@ -12,6 +12,7 @@ mod doors;
 mod early_ask;
 mod edges;
 mod expiry;
+mod feedback;
 mod fencing;
 mod gates;
 mod guards;

@@ -109,3 +109,26 @@ fn cancel_card() {}
               (status = 404, description = "conversation_not_found.", body = ErrorBody),
               (status = 409, description = "not_held.", body = ErrorBody)))]
 fn typing() {}
+
+#[utoipa::path(post, path = "/v1/conversations/{id}/messages/{message}/feedback", tag = "visitor", security(("visitor" = [])),
+    params(("id" = String, Path, description = "A conversation id (c_…)."),
+           ("message" = String, Path, description = "An answer's id (m_…), as history gives it."),
+           ("Origin" = String, Header, description = "One of the site's origins.")),
+    request_body = FeedbackRequest,
+    responses((status = 200, description = "The rating as stored; rating the answer again replaces it.", body = FeedbackView),
+              (status = 400, description = "invalid_request.", body = ErrorBody),
+              (status = 401, description = "invalid_visitor_token.", body = ErrorBody),
+              (status = 403, description = "origin_not_allowed, identity_invalid.", body = ErrorBody),
+              (status = 404, description = "conversation_not_found (also another visitor's), not_found (no such answer in it).", body = ErrorBody),
+              (status = 413, description = "message_too_long.", body = ErrorBody),
+              (status = 429, description = "rate_limited.", body = ErrorBody),
+              (status = 503, description = "service_unavailable.", body = ErrorBody)))]
+fn feedback() {}
+
+#[utoipa::path(get, path = "/v1/operator/feedback/export", tag = "operator",
+    security(("operator_token" = []), ("operator_session" = [])),
+    params(("format" = Option<String>, Query, description = "jsonl (default) or csv."), ("site" = Option<String>, Query)),
+    responses((status = 200, description = "Every rating, oldest change first, as a download: JSON lines, or CSV with `format=csv`.", content((String = "application/x-ndjson"), (String = "text/csv"))),
+              (status = 400, description = "invalid_request.", body = ErrorBody),
+              (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
+fn feedback_export() {}

@@ -1,0 +1,47 @@
+//! A visitor's rating of an answer (issue 41), as the API takes and shows it.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Rating {
+    Up,
+    Down,
+}
+
+impl Rating {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rating::Up => "up",
+            Rating::Down => "down",
+        }
+    }
+
+    /// A stored rating; only `up` and `down` are ever written, and anything
+    /// else reads as the less flattering one rather than failing a page.
+    pub fn parse(text: &str) -> Rating {
+        match text {
+            "up" => Rating::Up,
+            _ => Rating::Down,
+        }
+    }
+}
+
+/// The body of `POST /v1/conversations/{id}/messages/{message}/feedback`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackRequest {
+    pub rating: Rating,
+    /// At most 1,000 characters; shown to operators as text, never as markup.
+    #[serde(default)]
+    pub comment: Option<String>,
+}
+
+/// A rating as stored: the last one given, and when the first was.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct FeedbackView {
+    pub rating: Rating,
+    pub comment: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
