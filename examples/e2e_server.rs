@@ -6,7 +6,8 @@
 //! model reply (`{"text"}`, `{"tool_calls": [{"name", "arguments"}]}` or
 //! `{"status"}`), `GET /__calls` lists the tool calls received.
 //! `DESKBELL_ACTION_APPROVAL_TTL_MIN` sets the card lifetime as usual.
-//! `DESKBELL_E2E_TOOLS` adds a test file's own `[[site.tool]]` tables to the
+//! `DESKBELL_E2E_SITE` adds keys to the site (its `locale`, `[site.strings]`
+//! go after the tools, in `DESKBELL_E2E_TOOLS`); `DESKBELL_E2E_TOOLS` adds a test file's own `[[site.tool]]` tables to the
 //! site, with `{hook}` standing for the recording tool endpoint.
 
 use std::sync::Arc;
@@ -49,6 +50,7 @@ id = "acme"
 name = "Acme"
 origins = ["{page}"]
 identity_secret_env = "E2E_IDENTITY_SECRET"
+{site_keys}
 
 [site.handoff]
 enabled = true
@@ -72,6 +74,8 @@ input_schema = {{ type = "object", required = ["order_id"], properties = {{ orde
         llm = llm.base_url,
         lookup = hook.url("/lookup"),
         cancel = hook.url("/cancel"),
+        // `DESKBELL_E2E_SITE`: keys of the site itself (`locale = "de"`).
+        site_keys = std::env::var("DESKBELL_E2E_SITE").unwrap_or_default(),
         extra = std::env::var("DESKBELL_E2E_TOOLS")
             .unwrap_or_default()
             .replace("{hook}", &hook.base_url),

@@ -167,6 +167,17 @@ pub async fn build(config: Config, overrides: Overrides) -> anyhow::Result<App> 
     let mcp = crate::mcp::Servers::start(&config.sites).await;
     let mut sites = HashMap::new();
     for site in &config.sites {
+        let known = site.locale == "auto"
+            || crate::locale::resolve(&site.locale, "") != "en"
+            || site.locale.starts_with("en");
+        if !known {
+            tracing::warn!(
+                site = %site.id,
+                locale = %site.locale,
+                languages = %crate::locale::known().join(", "),
+                "the site's locale has no catalog: its widget speaks English"
+            );
+        }
         let tools = Catalog::new(&site.id, site.tools.clone(), mcp.of_site(&site.id))?;
         // The console's changes are read now, so the first turn needs no rebuild.
         let _ = tools.current(&store).await;

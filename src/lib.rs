@@ -27,6 +27,7 @@ pub mod ids;
 pub mod knowledge;
 mod live;
 pub mod llm;
+pub mod locale;
 pub mod mcp;
 pub mod operator;
 pub mod ops;

@@ -22,7 +22,10 @@ pub async fn decide(
     approve: bool,
     note: Option<String>,
 ) -> Result<CallStatus, ApiError> {
+    // No visitor's request is at hand: the site's language, and the model
+    // follows the conversation's own language anyway.
     let caller = Caller {
+        language: crate::locale::resolve(&approval.site.config.locale, ""),
         site: approval.site.clone(),
         visitor: approval.call.visitor.clone(),
         user_id: app.store.visitors().user(&approval.call.visitor).await?,

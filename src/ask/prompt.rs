@@ -66,6 +66,18 @@ pub fn system(site: &SiteConfig, part: Part, knowledge: &str) -> ChatMessage {
     ChatMessage::System { content: text }
 }
 
+/// What the model is told of the visitor's language (SPEC §22), before the
+/// question's sources; nothing for English, the default it already speaks.
+pub fn language(code: &str) -> String {
+    if code == "en" {
+        return String::new();
+    }
+    let name = crate::locale::name(code);
+    format!(
+        "\n\nThe visitor's language is {name}: answer in {name} unless they write in another language."
+    )
+}
+
 /// The earlier messages of a conversation as model messages.
 pub async fn history(store: &Store, conversation: &str) -> anyhow::Result<Vec<ChatMessage>> {
     let rows = store

@@ -94,6 +94,7 @@ async fn finish(
         return Ok(());
     };
     let caller = Caller {
+        language: crate::locale::resolve(&site.config.locale, ""),
         site,
         visitor: call.visitor.clone(),
         user_id: app.store.visitors().user(&call.visitor).await?,

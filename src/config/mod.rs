@@ -188,8 +188,19 @@ pub struct SiteConfig {
     pub handoff: HandoffConfig,
     /// Where `approval.requested` is posted (SPEC §20), signed like tool calls.
     pub approval_webhook: Option<ApprovalWebhook>,
+    /// The widget's language (SPEC §22): a language code, or `"auto"` for the
+    /// visitor's browser language. An unknown code is English, with a warning.
+    #[serde(default = "auto")]
+    pub locale: String,
+    /// The operator's own words for the widget's strings, by key.
+    #[serde(default)]
+    pub strings: std::collections::BTreeMap<String, crate::locale::StringOverride>,
     #[serde(skip)]
     pub identity_secret: Option<Secret>,
+}
+
+fn auto() -> String {
+    "auto".into()
 }
 
 /// `[site.handoff]`: whether visitors may reach a person (SPEC §19).

@@ -198,6 +198,11 @@ pub(super) fn check(config: &Config) -> Vec<Problem> {
 fn check_site(at: &str, site: &SiteConfig, secrets: &HashSet<&str>, out: &mut Vec<Problem>) {
     let add =
         |out: &mut Vec<Problem>, key: String, reason: String| out.push(Problem { key, reason });
+    for (key, value) in &site.strings {
+        if let Err(why) = crate::locale::check_override(key, value) {
+            add(out, format!("{at}.strings.{key}"), why);
+        }
+    }
     if !is_identifier(&site.id) {
         add(
             out,

@@ -33,6 +33,9 @@ pub struct Caller {
     pub site: Arc<Site>,
     pub visitor: String,
     pub user_id: Option<String>,
+    /// The visitor's language (SPEC §22): the site's, or with `locale =
+    /// "auto"` the first of the request's `Accept-Language` that has a catalog.
+    pub language: &'static str,
 }
 
 /// Which visitor call the guards are for. Asks need the shared counters; when
@@ -90,7 +93,12 @@ async fn checked(
     take_per_ip(app, &site, ip, now, door).await?;
     let key = format!("v|{site_id}|{}", claims.visitor);
     take(app, &key, limits.requests_per_minute, now, door).await?;
+    let accepted = headers
+        .get(axum::http::header::ACCEPT_LANGUAGE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     Ok(Caller {
+        language: crate::locale::resolve(&site.config.locale, accepted),
         site,
         visitor: claims.visitor,
         user_id: claims.user_id,

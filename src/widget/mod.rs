@@ -16,6 +16,8 @@ use tower_http::compression::CompressionLayer;
 use crate::app::App;
 use crate::error::ApiError;
 
+mod strings;
+
 const SCRIPT: &str = include_str!("widget.js");
 const STYLE: &str = include_str!("widget.css");
 
@@ -30,7 +32,11 @@ pub fn widget() -> &'static Widget {
     static WIDGET: OnceLock<Widget> = OnceLock::new();
     WIDGET.get_or_init(|| {
         let style = serde_json::to_string(STYLE).unwrap_or_else(|_| "\"\"".into());
-        let body = SCRIPT.replace("__DESKBELL_CSS__", &style);
+        let english =
+            serde_json::to_string(crate::locale::english()).unwrap_or_else(|_| "{}".into());
+        let body = SCRIPT
+            .replace("__DESKBELL_CSS__", &style)
+            .replace("__DESKBELL_EN__", &english);
         let hash = hex::encode(Sha256::digest(body.as_bytes()))[..16].to_string();
         Widget { body, hash }
     })
@@ -40,6 +46,7 @@ pub fn router() -> Router<App> {
     Router::new()
         .route("/widget.js", get(latest))
         .route("/widget/{file}", get(pinned))
+        .route("/v1/sites/{site}/strings", get(strings::strings))
         .layer(CompressionLayer::new())
 }
 

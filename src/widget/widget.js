@@ -9,6 +9,31 @@
   var site = data.site || '';
   var key = 'deskbell:' + site;
   var CSS = __DESKBELL_CSS__;
+  // The widget's words (SPEC §22): English is built in; the site's language
+  // and its overrides come from the server before the widget draws itself.
+  var EN = __DESKBELL_EN__;
+  var L = { locale: 'en', dir: 'ltr', strings: EN };
+  function say(key, params) {
+    var text = L.strings[key] || EN[key] || key;
+    return text.replace(/\{(\w+)\}/g, function (all, name) { return params && name in params ? String(params[name]) : all; });
+  }
+  function num(n, digits) {
+    try { return new Intl.NumberFormat(L.locale, digits ? { minimumIntegerDigits: digits } : {}).format(n); } catch (e) { return String(n); }
+  }
+  // Calls made before the widget is drawn (`Deskbell.identify` on page load)
+  // wait for it.
+  var impl = null, queued = [];
+  function later(name) { return function () { if (impl) impl[name].apply(null, arguments); else queued.push([name, arguments]); }; }
+  window.Deskbell = Object.freeze({ open: later('open'), close: later('close'), identify: later('identify'), reset: later('reset') });
+  var languages = (navigator.languages && navigator.languages.length ? navigator.languages : [navigator.language || 'en']).join(',');
+  var asked = new AbortController();
+  setTimeout(function () { asked.abort(); }, 3000);
+  fetch(base + '/v1/sites/' + encodeURIComponent(site) + '/strings?lang=' + encodeURIComponent(languages), { signal: asked.signal })
+    .then(function (r) { return r.ok ? r.json() : null; })
+    .catch(function () { return null; })
+    .then(function (got) { if (got && got.strings) L = got; start(); });
+
+  function start() {
 
   // ---- state kept in the host page's local storage ----------------------------
   function load() { try { return JSON.parse(localStorage.getItem(key)) || {}; } catch (e) { return {}; } }
@@ -34,25 +59,30 @@
   if (data.position === 'left') host.setAttribute('data-position', 'left');
   var shadow = host.attachShadow({ mode: 'open' });
   var style = h('style', { text: CSS });
-  var title = data.title || 'Help';
+  var title = data.title || say('default_title');
   var icon = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
   icon.setAttribute('viewBox', '0 0 24 24'); icon.setAttribute('aria-hidden', 'true');
   var path = document.createElementNS('http://www.w3.org/2000/svg', 'path');
   path.setAttribute('d', 'M4 4h16a2 2 0 0 1 2 2v10a2 2 0 0 1-2 2H9l-5 4v-4a2 2 0 0 1-2-2V6a2 2 0 0 1 2-2z');
   icon.appendChild(path);
-  var launcher = h('button', { class: 'launcher', type: 'button', 'aria-label': 'Open chat: ' + title, 'aria-expanded': 'false', 'aria-controls': 'deskbell-panel', onclick: function () { toggle(); } }, [icon]);
-  var log = h('div', { class: 'log', role: 'log', 'aria-live': 'polite', 'aria-relevant': 'additions text', 'aria-label': 'Conversation' });
-  var input = h('textarea', { id: 'deskbell-input', rows: '1', placeholder: 'Write a message…', onkeydown: onKey });
-  var send = h('button', { type: 'submit', text: 'Send' });
-  var form = h('form', { onsubmit: function (e) { e.preventDefault(); submit(); } }, [h('label', { class: 'sr', for: 'deskbell-input', text: 'Message' }), input, send]);
+  var launcher = h('button', { class: 'launcher', type: 'button', 'aria-label': say('open_chat', { title: title }), 'aria-expanded': 'false', 'aria-controls': 'deskbell-panel', onclick: function () { toggle(); } }, [icon]);
+  var log = h('div', { class: 'log', role: 'log', 'aria-live': 'polite', 'aria-relevant': 'additions text', 'aria-label': say('conversation_label') });
+  var input = h('textarea', { id: 'deskbell-input', rows: '1', placeholder: say('input_placeholder'), onkeydown: onKey });
+  var send = h('button', { type: 'submit', text: say('send') });
+  var form = h('form', { onsubmit: function (e) { e.preventDefault(); submit(); } }, [h('label', { class: 'sr', for: 'deskbell-input', text: say('message_label') }), input, send]);
   var heading = h('h2', { id: 'deskbell-title', text: title });
-  var fresh = h('button', { type: 'button', text: 'New', 'aria-label': 'Start a new conversation', onclick: function () { newConversation(); } });
-  var close = h('button', { type: 'button', text: '✕', 'aria-label': 'Close chat', onclick: function () { toggle(false); } });
-  var person = h('button', { type: 'button', class: 'person', text: 'Talk to a person', hidden: '', onclick: function () { handoff(); } });
+  // A longer name must contain the visible word (axe: label-content-name-
+  // mismatch), which not every language's pair does: else it is a tooltip.
+  var freshText = say('new_conversation'), freshLabel = say('new_conversation_label');
+  var fresh = h('button', { type: 'button', text: freshText, title: freshLabel, onclick: function () { newConversation(); } });
+  if ((' ' + freshLabel.toLowerCase() + ' ').indexOf(' ' + freshText.toLowerCase() + ' ') >= 0) fresh.setAttribute('aria-label', freshLabel);
+  var close = h('button', { type: 'button', text: '✕', 'aria-label': say('close_chat'), onclick: function () { toggle(false); } });
+  var person = h('button', { type: 'button', class: 'person', text: say('talk_to_person'), hidden: '', onclick: function () { handoff(); } });
+  var transcript = h('button', { type: 'button', class: 'transcript', text: '⤓', title: say('transcript_download'), 'aria-label': say('transcript_download'), onclick: function () { download(); } });
   var holderLine = h('p', { class: 'holder', role: 'status', 'aria-live': 'polite', hidden: '' });
-  var panel = h('section', { class: 'panel', id: 'deskbell-panel', role: 'dialog', 'aria-labelledby': 'deskbell-title', hidden: '' }, [h('header', {}, [heading, person, fresh, close]), holderLine, log, form]);
+  var panel = h('section', { class: 'panel', id: 'deskbell-panel', role: 'dialog', 'aria-labelledby': 'deskbell-title', hidden: '' }, [h('header', {}, [heading, person, transcript, fresh, close]), holderLine, log, form]);
   panel.addEventListener('keydown', function (e) { if (e.key === 'Escape') toggle(false); });
-  var root = h('div', { class: 'root' }, [panel, launcher]);
+  var root = h('div', { class: 'root', dir: L.dir, lang: L.locale }, [panel, launcher]);
   if (data.accent) root.style.setProperty('--deskbell-accent', data.accent);
   shadow.appendChild(style); shadow.appendChild(root);
 
@@ -64,7 +94,7 @@
     if (open === undefined) open = !isOpen();
     panel.hidden = !open;
     launcher.setAttribute('aria-expanded', String(open));
-    launcher.setAttribute('aria-label', (open ? 'Close chat: ' : 'Open chat: ') + title);
+    launcher.setAttribute('aria-label', say(open ? 'close_chat_titled' : 'open_chat', { title: title }));
     state.open = open; save();
     if (open) { if (!log.childElementCount) restore(); input.focus(); } else { launcher.focus(); }
   }
@@ -86,7 +116,7 @@
         var n = Number(t.slice(1, -1));
         var src = sources && sources.filter(function (s) { return s.n === n; })[0];
         var url = src && src.url && safeUrl(src.url);
-        parent.appendChild(h('sup', {}, [url ? h('a', { href: url, target: '_blank', rel: 'noopener noreferrer', 'aria-label': 'Source ' + n, text: '[' + n + ']' }) : '[' + n + ']']));
+        parent.appendChild(h('sup', {}, [url ? h('a', { href: url, target: '_blank', rel: 'noopener noreferrer', 'aria-label': say('source_n', { n: num(n) }), text: '[' + n + ']' }) : '[' + n + ']']));
       } else if (t[0] === '[') {
         var mm = /^\[([^\]]+)\]\(([^)\s]+)\)$/.exec(t), href = safeUrl(mm[2]);
         parent.appendChild(href ? h('a', { href: href, target: '_blank', rel: 'noopener noreferrer', text: mm[1] }) : document.createTextNode(mm[1]));
@@ -133,7 +163,7 @@
   function render(b) { b.body.replaceChildren(markdown(b.text, b.sources)); scroll(); }
   function citations(b, items) {
     b.sources = items; render(b);
-    var list = h('ol', { class: 'sources', 'aria-label': 'Sources' });
+    var list = h('ol', { class: 'sources', 'aria-label': say('sources') });
     items.forEach(function (s) {
       var url = s.url && safeUrl(s.url);
       list.appendChild(h('li', { value: String(s.n) }, [url ? h('a', { href: url, target: '_blank', rel: 'noopener noreferrer', text: s.title }) : s.title]));
@@ -143,7 +173,7 @@
   // A line of a call keeps its call id and label, so a later change of status
   // (a teammate's decision, SPEC §20) can redraw it in place.
   function stepLine(parent, label, status, callId) {
-    var marks = { succeeded: ['✓', 'ok', ''], confirmed: ['✓', 'ok', 'Confirmed'], failed: ['✗', 'bad', 'Failed'], cancelled: ['', '', 'Cancelled'], expired: ['', '', 'Expired'], running: ['…', '', ''], event: ['', '', ''], awaiting_approval: ['', '', 'Waiting for a teammate'] };
+    var marks = { succeeded: ['✓', 'ok', ''], confirmed: ['✓', 'ok', say('step_confirmed')], failed: ['✗', 'bad', say('step_failed')], cancelled: ['', '', say('step_cancelled')], expired: ['', '', say('step_expired')], running: ['…', '', ''], event: ['', '', ''], awaiting_approval: ['', '', say('step_awaiting_approval')] };
     var m = marks[status] || ['', '', status];
     var line = h('div', callId ? { class: 'step ' + m[1], 'data-status': status, 'data-call': callId, 'data-label': label } : { class: 'step ' + m[1], 'data-status': status }, [
       m[0] ? h('span', { class: 'mark', 'aria-hidden': 'true', text: m[0] + ' ' }) : null,
@@ -155,17 +185,8 @@
   }
   function errorLine(text) { log.appendChild(h('div', { class: 'error', role: 'alert', text: text })); scroll(); }
 
-  var WORDS = {
-    rate_limited: function (s) { return 'You are sending messages quickly. Please wait ' + s + ' seconds and try again.'; },
-    too_many_streams: function () { return 'Please wait for the current answer to finish.'; },
-    daily_budget_exhausted: function () { return 'The assistant has reached its limit for today. Please try again tomorrow.'; },
-    provider_unavailable: function () { return 'The assistant is unavailable right now. Please try again in a moment.'; },
-    confirmation_expired: function () { return 'This request expired before it was confirmed, so nothing was done.'; },
-    call_not_pending: function () { return 'This request was already answered.'; },
-    message_too_long: function () { return 'That message is too long. Please shorten it.'; },
-    origin_not_allowed: function () { return 'This chat is not set up for this website.'; }
-  };
-  function explain(code, retry) { return (WORDS[code] || function () { return 'Something went wrong. Please try again.'; })(retry || 1); }
+  var EXPLAINED = ['rate_limited', 'too_many_streams', 'daily_budget_exhausted', 'provider_unavailable', 'confirmation_expired', 'call_not_pending', 'message_too_long', 'origin_not_allowed'];
+  function explain(code, retry) { return say(EXPLAINED.indexOf(code) >= 0 ? 'error_' + code : 'error_generic', { seconds: num(Number(retry) || 1) }); }
 
   // ---- API -----------------------------------------------------------------------
   async function token(renew) {
@@ -206,7 +227,7 @@
   // card an edit raised, and of an edit the server refused.
   async function ask(body, answering) {
     setBusy(true);
-    var typing = h('div', { class: 'msg assistant typing', text: 'Typing…', 'aria-label': 'The assistant is typing' });
+    var typing = h('div', { class: 'msg assistant typing', text: say('typing'), 'aria-label': say('assistant_typing_label') });
     log.appendChild(typing); scroll();
     var bubble = null;
     try {
@@ -223,7 +244,7 @@
         var code = j.error && j.error.code;
         typing.remove();
         // A refused edit is said on its card, which stays answerable.
-        if (code === 'invalid_edit' && answering) answering.invalid(j.error.message || 'This value cannot be used.');
+        if (code === 'invalid_edit' && answering) answering.invalid(j.error.message || say('error_invalid_edit'));
         else errorLine(explain(code, r.headers.get('retry-after')));
         return code;
       }
@@ -242,11 +263,11 @@
         error: function (e) { errorLine(e.message); },
         holder: function (e) { showHolder(e); },
         offline: function (e) { offline(e.offline); },
-        done: function () { typing.remove(); listen(); }
+        done: function (d) { typing.remove(); if (bubble && d.status === 'answered') feedbackRow(bubble.el, bubble.el.getAttribute('data-message'), state.conversation, null); listen(); }
       });
     } catch (e) {
       typing.remove();
-      errorLine(navigator.onLine === false ? 'You appear to be offline. Check your connection and try again.' : 'The connection was interrupted. Please try again.');
+      errorLine(say(navigator.onLine === false ? 'error_offline' : 'error_connection_interrupted'));
     } finally {
       typing.remove();
       setBusy(false);
@@ -276,7 +297,7 @@
       el = h('input', t === 'boolean' ? { id: id, type: 'checkbox' } : t === 'string' ? { id: id, type: 'text' } : { id: id, type: 'number', step: t === 'integer' ? '1' : 'any' });
       if (t === 'boolean') el.checked = f.value === true; else if (f.value !== undefined) el.value = String(f.value);
     }
-    return { f: f, el: el, row: row(h('dt', {}, [h('label', { for: id, text: f.name })]), h('dd', {}, [el])) };
+    return { f: f, el: el, row: row(h('dt', {}, [h('label', { for: id }, [h('bdi', { text: f.name })])]), h('dd', {}, [el])) };
   }
   // The fields the visitor changed, typed as the schema wants them. An empty
   // input that had no value, or an unticked box that had none, is no change.
@@ -292,7 +313,7 @@
     });
     return out;
   }
-  function quotaText(q) { return q.left + ' of ' + q.max + ' left ' + (q.window === 'day' ? 'today' : 'this ' + q.window); }
+  function quotaText(q) { return say(q.window === 'day' ? 'quota_left_today' : 'quota_left_this_month', { left: num(q.left), max: num(q.max) }); }
   function showCard(parent, c, conversation) {
     var left = h('p', { class: 'left', 'aria-live': 'off' }), note = h('p', { class: 'note', role: 'alert' });
     var list = h('dl'), editable = c.editable || [], fields = [];
@@ -300,12 +321,12 @@
     // Each editable line becomes its input where the line stands; fields the call left out follow.
     c.arguments.forEach(function (a) {
       var f = editable.filter(function (e) { return e.name === a.name; })[0];
-      if (f) addField(f); else list.appendChild(row(h('dt', { text: a.name }), h('dd', { text: a.value })));
+      if (f) addField(f); else list.appendChild(row(h('dt', {}, [h('bdi', { text: a.name })]), h('dd', {}, [h('bdi', { text: a.value })])));
     });
     editable.forEach(function (f) { if (!fields.some(function (x) { return x.f === f; })) addField(f); });
-    var cancel = h('button', { type: 'button', class: 'cancel', text: 'Cancel', 'aria-label': 'Cancel: ' + c.label });
-    var confirm = h('button', { type: 'button', class: 'confirm', text: 'Confirm', 'aria-label': 'Confirm: ' + c.label });
-    var el = h('div', { class: 'card', role: 'group', tabindex: '-1', 'aria-label': 'Confirmation needed: ' + c.label, 'data-call': c.call }, [
+    var cancel = h('button', { type: 'button', class: 'cancel', text: say('card_cancel'), 'aria-label': say('card_cancel_label', { label: c.label }) });
+    var confirm = h('button', { type: 'button', class: 'confirm', text: say('card_confirm'), 'aria-label': say('card_confirm_label', { label: c.label }) });
+    var el = h('div', { class: 'card', role: 'group', tabindex: '-1', 'aria-label': say('card_label', { label: c.label }), 'data-call': c.call }, [
       h('h3', { text: c.label }), list, c.quota ? h('p', { class: 'quota', text: quotaText(c.quota) }) : null, left, note, h('div', { class: 'actions' }, [cancel, confirm])]);
     parent.appendChild(el); scroll();
     var card = { el: el, conversation: conversation, settle: function (status) { settle(status); } };
@@ -316,7 +337,7 @@
     function tick() {
       var s = Math.max(0, Math.round((expires - Date.now()) / 1000));
       if (s <= 0) { settle('expired'); return; }
-      left.textContent = 'Expires in ' + Math.floor(s / 60) + ':' + String(s % 60).padStart(2, '0');
+      left.textContent = say('card_expires_in', { time: num(Math.floor(s / 60)) + ':' + num(s % 60, 2) });
     }
     async function answer(decision) {
       // A card is answered only while the widget is open on its conversation.
@@ -324,7 +345,7 @@
       var body = { conversation: conversation, call: c.call, decision: decision, signature: c.signature };
       var bad = fields.filter(function (x) { return !x.el.checkValidity(); })[0], edits = editsOf(fields);
       note.textContent = '';
-      if (decision === 'confirm' && bad) { note.textContent = 'Please check ' + bad.f.name + '.'; bad.el.focus(); return; }
+      if (decision === 'confirm' && bad) { note.textContent = say('card_check_field', { field: bad.f.name }); bad.el.focus(); return; }
       if (decision === 'confirm' && Object.keys(edits).length) body.edits = edits;
       lock(true);
       var closed = null, next = null;
@@ -357,10 +378,11 @@
       if (s.kind === 'confirmation' && s.status === 'pending' && s.signature) showCard(b.el, s, conversation);
       else stepLine(b.el, s.label, s.status, s.call);
     });
-    if (m.status === 'failed' && !m.text) errorLine('This answer could not be completed.');
+    if (m.status === 'failed' && !m.text) errorLine(say('error_answer_incomplete'));
+    if (m.status === 'answered') feedbackRow(b.el, m.id, conversation, m.feedback);
   }
   async function restore() {
-    if (data.greeting !== '') log.appendChild(h('div', { class: 'msg assistant greeting' }, [h('div', { class: 'body', text: data.greeting || 'Hi! How can we help you today?' })]));
+    if (data.greeting !== '') log.appendChild(h('div', { class: 'msg assistant greeting' }, [h('div', { class: 'body', text: data.greeting || say('greeting') })]));
     if (!state.conversation || !state.token) return;
     try {
       var r = await call('GET', '/v1/conversations/' + encodeURIComponent(state.conversation));
@@ -375,7 +397,7 @@
       });
       showHolder({ holder: state.holder || 'assistant', name: state.holderName });
       listen();
-    } catch (e) { errorLine('You appear to be offline. Check your connection and try again.'); }
+    } catch (e) { errorLine(say('error_offline')); }
   }
   function clearLog() { cards.forEach(function (c) { clearInterval(c.timer); }); cards = []; log.replaceChildren(); }
   function newConversation() { state.conversation = null; state.seen = 0; save(); stopListening(); showHolder({ holder: 'assistant' }); clearLog(); restore(); input.focus(); }
@@ -387,15 +409,15 @@
   function operatorBubble(m) {
     if (onScreen(m.id)) return;
     // An operator's words are plain text: no Markdown, no links made.
-    log.appendChild(h('div', { class: 'msg operator', 'data-message': m.id }, [h('span', { class: 'who', text: m.name || 'Support team' }), h('div', { class: 'body', text: m.text })]));
+    log.appendChild(h('div', { class: 'msg operator', 'data-message': m.id }, [h('span', { class: 'who', text: m.name || say('support_team') }), h('div', { class: 'body', text: m.text })]));
     scroll();
   }
   function showHolder(e) {
     var was = state.holder || 'assistant';
-    if (was !== 'assistant' && e.holder === 'assistant' && !holderLine.hidden) stepLine(log, 'Back with the assistant', 'event');
+    if (was !== 'assistant' && e.holder === 'assistant' && !holderLine.hidden) stepLine(log, say('back_with_assistant'), 'event');
     state.holder = e.holder; state.holderName = e.name || null; save();
     holderLine.hidden = e.holder === 'assistant';
-    holderLine.textContent = e.holder === 'operator' ? 'You\'re chatting with ' + (e.name || 'the support team') : e.holder === 'queue' ? 'Waiting for a person…' : '';
+    holderLine.textContent = e.holder === 'operator' ? (e.name ? say('holder_operator', { name: e.name }) : say('holder_operator_team')) : e.holder === 'queue' ? say('holder_queue') : '';
     person.hidden = !(state.handoff && state.conversation && e.holder === 'assistant');
   }
   async function handoff() {
@@ -406,17 +428,17 @@
       var j = await r.json().catch(function () { return {}; });
       if (!r.ok) { errorLine(explain(j.error && j.error.code, r.headers.get('retry-after'))); return; }
       if (j.offline) offline(j.offline); else { showHolder(j); listen(); }
-    } catch (e) { errorLine('The connection was interrupted. Please try again.'); }
+    } catch (e) { errorLine(say('error_connection_interrupted')); }
     finally { person.disabled = false; }
   }
   function offline(text) {
     var email = h('input', { type: 'email', id: 'deskbell-email', autocomplete: 'email', required: '' });
-    var box = h('form', { class: 'offline', 'aria-label': 'Leave your email' }, [h('p', { text: text }), h('label', { for: 'deskbell-email', text: 'Your email' }), email, h('button', { type: 'submit', text: 'Leave email' })]);
+    var box = h('form', { class: 'offline', 'aria-label': say('offline_form_label') }, [h('p', { text: text }), h('label', { for: 'deskbell-email', text: say('offline_email_label') }), email, h('button', { type: 'submit', text: say('offline_leave_email') })]);
     box.addEventListener('submit', async function (e) {
       e.preventDefault();
       var r = await call('POST', '/v1/conversations/' + encodeURIComponent(state.conversation) + '/contact', { email: email.value });
-      if (r.ok) box.replaceWith(h('p', { class: 'step ok', text: 'Thanks. The team has your email address.' }));
-      else errorLine('Please enter an email address.');
+      if (r.ok) box.replaceWith(h('p', { class: 'step ok', text: say('offline_email_saved') }));
+      else errorLine(say('offline_email_required'));
     });
     log.appendChild(box); scroll();
   }
@@ -426,7 +448,7 @@
     // A replayed event of long ago says nothing about now.
     if (Date.now() - Date.parse(e.at) > 10000) return;
     typingOff();
-    typingEl = h('div', { class: 'msg operator typing', text: (e.name || 'Support team') + ' is typing…' });
+    typingEl = h('div', { class: 'msg operator typing', text: e.name ? say('operator_typing', { name: e.name }) : say('support_team_typing') });
     log.appendChild(typingEl); scroll();
     typingTimer = setTimeout(typingOff, 5000);
   }
@@ -467,11 +489,71 @@
     }
   }
 
-  window.Deskbell = Object.freeze({
+  // ---- feedback and transcript (issue 41) -------------------------------------------
+  // Thumbs under an answer: a click rates it at once; the optional comment
+  // that appears then is sent with the same rating, which replaces the first.
+  function feedbackRow(parent, id, conversation, given) {
+    if (!id || parent.querySelector('.rate')) return;
+    var up = h('button', { type: 'button', class: 'thumb', 'aria-pressed': 'false', 'aria-label': say('feedback_helpful'), title: say('feedback_helpful'), text: '👍' });
+    var down = h('button', { type: 'button', class: 'thumb', 'aria-pressed': 'false', 'aria-label': say('feedback_not_helpful'), title: say('feedback_not_helpful'), text: '👎' });
+    var comment = h('textarea', { class: 'comment', rows: '2', maxlength: '1000', placeholder: say('feedback_comment_placeholder'), 'aria-label': say('feedback_comment_placeholder'), hidden: '' });
+    var sendIt = h('button', { type: 'button', class: 'send-feedback', text: say('feedback_send'), hidden: '' });
+    var thanks = h('span', { class: 'thanks', role: 'status' });
+    var chosen = given && given.rating;
+    function pressed() { up.setAttribute('aria-pressed', String(chosen === 'up')); down.setAttribute('aria-pressed', String(chosen === 'down')); }
+    async function rate(rating, text) {
+      var body = { rating: rating };
+      if (text) body.comment = text;
+      try {
+        var r = await call('POST', '/v1/conversations/' + encodeURIComponent(conversation) + '/messages/' + encodeURIComponent(id) + '/feedback', body);
+        if (!r.ok) { var j = await r.json().catch(function () { return {}; }); errorLine(explain(j.error && j.error.code, r.headers.get('retry-after'))); return false; }
+      } catch (e) { errorLine(say('error_connection_interrupted')); return false; }
+      chosen = rating; pressed(); thanks.textContent = say('feedback_thanks');
+      return true;
+    }
+    function pick(rating) { rate(rating).then(function (ok) { if (ok) { comment.hidden = sendIt.hidden = false; comment.focus(); } }); }
+    up.addEventListener('click', function () { pick('up'); });
+    down.addEventListener('click', function () { pick('down'); });
+    sendIt.addEventListener('click', function () { if (chosen) rate(chosen, comment.value.trim()).then(function (ok) { if (ok) { comment.hidden = sendIt.hidden = true; } }); });
+    pressed();
+    parent.appendChild(h('div', { class: 'rate' }, [up, down, thanks, comment, sendIt]));
+  }
+  // The conversation as a printable HTML page of its own, built as a document
+  // (text is set, never parsed) and saved through a download link.
+  async function download() {
+    if (!state.conversation) return;
+    try {
+      var r = await call('GET', '/v1/conversations/' + encodeURIComponent(state.conversation));
+      if (!r.ok) { var j = await r.json().catch(function () { return {}; }); errorLine(explain(j.error && j.error.code)); return; }
+      var convo = await r.json();
+    } catch (e) { errorLine(say('error_connection_interrupted')); return; }
+    var heading = say('transcript_heading', { title: title });
+    var doc = document.implementation.createHTMLDocument(heading);
+    doc.documentElement.lang = L.locale; doc.documentElement.dir = L.dir;
+    var css = doc.createElement('style');
+    css.textContent = 'body{font:15px/1.5 system-ui,sans-serif;max-width:42em;margin:2em auto;padding:0 1em;color:#111}p{white-space:pre-wrap;margin:.2em 0 1em}h2{font-size:13px;margin:0;color:#444}';
+    doc.head.appendChild(css);
+    var when = function (at) { try { return new Intl.DateTimeFormat(L.locale, { dateStyle: 'medium', timeStyle: 'short' }).format(new Date(at)); } catch (e) { return at; } };
+    var top = doc.createElement('h1'); top.textContent = heading; doc.body.appendChild(top);
+    convo.messages.forEach(function (m) {
+      var who = m.role === 'visitor' ? say('transcript_visitor') : m.role === 'operator' ? (m.name || say('support_team')) : m.role === 'event' ? '' : say('transcript_assistant');
+      var line = doc.createElement('h2'); line.textContent = (who ? who + ' · ' : '') + when(m.created_at);
+      var text = doc.createElement('p'); text.textContent = m.text;
+      doc.body.appendChild(line); doc.body.appendChild(text);
+    });
+    var blob = new Blob(['<!doctype html>\n' + doc.documentElement.outerHTML], { type: 'text/html' });
+    var link = h('a', { href: URL.createObjectURL(blob), download: 'conversation-' + convo.id + '.html' });
+    link.click();
+    setTimeout(function () { URL.revokeObjectURL(link.href); }, 10000);
+  }
+
+  impl = {
     open: function () { toggle(true); },
     close: function () { toggle(false); },
     // An identity token (expires) or a user id with its hash (does not).
     identify: function (user) { identity = user.identity_token ? { identity_token: String(user.identity_token) } : { user_id: String(user.user_id), user_hash: String(user.user_hash) }; state = {}; save(); clearLog(); if (isOpen()) restore(); },
     reset: function () { identity = null; state = {}; try { localStorage.removeItem(key); } catch (e) { /* ignore */ } clearLog(); if (isOpen()) restore(); }
-  });
+  };
+  queued.forEach(function (q) { impl[q[0]].apply(null, q[1]); });
+  }
 })();

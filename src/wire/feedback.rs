@@ -1,4 +1,5 @@
-//! A visitor's rating of an answer (issue 41), as the API takes and shows it.
+//! What the widget speaks with (issue 41): a visitor's rating of an answer, as
+//! the API takes and shows it, and the widget's words in one language.
 
 use serde::{Deserialize, Serialize};
 
@@ -44,4 +45,15 @@ pub struct FeedbackView {
     pub comment: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+}
+
+/// `GET /v1/sites/{site}/strings`: the widget's words in one language.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct WidgetStrings {
+    /// The language chosen (`en`, `de`, `fr`, `es`, `ar`, `ja`).
+    pub locale: String,
+    /// `ltr` or `rtl`.
+    pub dir: String,
+    /// Every string by key, the site's overrides applied.
+    pub strings: std::collections::BTreeMap<String, String>,
 }

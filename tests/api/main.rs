@@ -34,6 +34,7 @@ mod local_arch;
 mod local_decoder;
 #[cfg(feature = "local-model")]
 mod local_demo;
+mod locale;
 mod mcp;
 mod metrics;
 mod operator;

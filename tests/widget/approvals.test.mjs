@@ -92,7 +92,7 @@ async function widgetWithoutDesk() {
   page.on('pageerror', (e) => page.errors.push(e));
   await page.goto(`${server.page}/`);
   await page.locator('deskbell-widget button.launcher').click();
-  await page.locator('deskbell-widget textarea').waitFor();
+  await page.locator('deskbell-widget textarea#deskbell-input').waitFor();
   return page;
 }
 

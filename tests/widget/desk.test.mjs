@@ -44,7 +44,7 @@ async function phoneWidget() {
   page.on('pageerror', (e) => page.problems.push(`page error: ${e.message}`));
   await page.goto(`${server.page}/`);
   await page.locator('deskbell-widget button.launcher').click();
-  await page.locator('deskbell-widget textarea').waitFor();
+  await page.locator('deskbell-widget textarea#deskbell-input').waitFor();
   return page;
 }
 

@@ -63,13 +63,13 @@ export async function openWidget(browser, srv, query = '') {
   page.on('pageerror', (e) => errors.push(e));
   await page.goto(`${srv.page}/${query}`);
   await page.locator('deskbell-widget button.launcher').click();
-  await page.locator('deskbell-widget textarea').waitFor();
+  await page.locator('deskbell-widget textarea#deskbell-input').waitFor();
   page.errors = errors;
   return page;
 }
 
 export async function send(page, text) {
-  const box = page.locator('deskbell-widget textarea');
+  const box = page.locator('deskbell-widget textarea#deskbell-input');
   await box.fill(text);
   await box.press('Enter');
 }

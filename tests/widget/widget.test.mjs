@@ -46,7 +46,7 @@ test('a question streams into an answer rendered as Markdown', async () => {
 
 test('Shift+Enter writes a new line and Enter sends', async () => {
   const page = await openWidget();
-  const box = page.locator('deskbell-widget textarea');
+  const box = page.locator('deskbell-widget textarea#deskbell-input');
   await box.fill('line one');
   await box.press('Shift+Enter');
   await box.pressSequentially('line two');
@@ -268,7 +268,7 @@ test('it works from the keyboard alone', async () => {
   await page.locator('deskbell-widget button.launcher').waitFor();
   await page.locator('deskbell-widget button.launcher').focus();
   await page.keyboard.press('Enter');
-  await page.locator('deskbell-widget textarea').waitFor();
+  await page.locator('deskbell-widget textarea#deskbell-input').waitFor();
   assert.equal(await page.locator('deskbell-widget').evaluate((w) => w.shadowRoot.activeElement?.tagName), 'TEXTAREA');
   await page.keyboard.press('Escape');
   assert.equal(await page.locator('deskbell-widget').evaluate((w) => w.shadowRoot.activeElement?.className), 'launcher');

@@ -119,7 +119,7 @@ impl Turn {
         let mut messages = vec![prompt::system(
             &self.caller.site.config,
             Part::Continuation,
-            "",
+            &prompt::language(self.caller.language),
         )];
         messages.extend(context);
         messages
@@ -179,7 +179,12 @@ impl Turn {
     ) -> anyhow::Result<()> {
         let messages = match call.kind {
             CallKind::Auto => {
-                let mut m = vec![prompt::system(&self.caller.site.config, Part::Question, "")];
+                let language = prompt::language(self.caller.language);
+                let mut m = vec![prompt::system(
+                    &self.caller.site.config,
+                    Part::Question,
+                    &language,
+                )];
                 m.extend(context);
                 m.extend(results);
                 m

@@ -286,7 +286,7 @@ impl Turn {
         history: Vec<ChatMessage>,
         question: &str,
     ) -> Vec<ChatMessage> {
-        let knowledge = prompt::sources(passages);
+        let knowledge = prompt::language(self.caller.language) + &prompt::sources(passages);
         self.knowledge_len = knowledge.len();
         let system = prompt::system(&self.caller.site.config, Part::Question, &knowledge);
         let mut messages = vec![system];

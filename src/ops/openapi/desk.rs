@@ -132,3 +132,10 @@ fn feedback() {}
               (status = 400, description = "invalid_request.", body = ErrorBody),
               (status = 401, description = "operator_unauthenticated.", body = ErrorBody)))]
 fn feedback_export() {}
+
+#[utoipa::path(get, path = "/v1/sites/{site}/strings", tag = "visitor",
+    params(("site" = String, Path, description = "A site id."),
+           ("lang" = Option<String>, Query, description = "The browser's languages, comma-separated (`de-DE,de,en`); used when the site's locale is `auto`.")),
+    responses((status = 200, description = "The widget's words in the chosen language, the site's overrides applied.", body = WidgetStrings),
+              (status = 404, description = "site_not_found.", body = ErrorBody)))]
+fn widget_strings() {}

@@ -154,7 +154,7 @@ struct StatusDoc {
         operations::knowledge_search, operations::tokens,
         operations::token_revoke, desk::handoff, desk::events, desk::takeover,
         desk::reply, desk::release, desk::contact, desk::queue, desk::presence,
-        desk::cancel_card, desk::typing, desk::feedback, desk::feedback_export, approvals::list,
+        desk::cancel_card, desk::typing, desk::feedback, desk::feedback_export, desk::widget_strings, approvals::list,
         approvals::decide,
     ),
     components(schemas(ErrorBody, ErrorDetail, ErrorCodeDoc, StreamEvent, AuditEntryDoc, StatusDoc)),
