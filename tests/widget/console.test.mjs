@@ -420,3 +420,42 @@ test('the console works from the keyboard: skip link, navigation by Tab and Ente
   assertClean(page);
   await page.context().close();
 });
+
+test('a visitor\'s rating shows beside the answer and as satisfaction in usage, and a conversation exports as JSON', async () => {
+  const widget = await openWidget(browser, server);
+  await script(server, { text: 'Our returns window is 30 days.' });
+  await send(widget, 'How long can I return things?');
+  const answer = assistant(widget).last();
+  await answer.getByText('Our returns window').waitFor();
+  await answer.getByRole('button', { name: 'Not helpful', exact: true }).click();
+  await answer.getByText('Thanks for your feedback.').waitFor();
+  await answer.locator('textarea.comment').fill('<b>Which</b> days count?');
+  await answer.getByRole('button', { name: 'Send feedback' }).click();
+  await answer.locator('textarea.comment').waitFor({ state: 'hidden' });
+  const id = await widgetConversation(widget);
+
+  const page = await signIn();
+  await page.goto(`${server.api}/console#/conversations/${id}`);
+  const rated = page.locator('#messages .feedback[data-rating="down"]');
+  await rated.waitFor();
+  assert.match(await rated.innerText(), /Rated not helpful/);
+  assert.equal(await rated.locator('.comment .plain').innerText(), '<b>Which</b> days count?', 'the comment is text');
+  await checkPage(page, 'conversation-feedback');
+  const [saved] = await Promise.all([page.waitForEvent('download'), page.locator('#export-conversation').click()]);
+  const exported = JSON.parse(readFileSync(await saved.path(), 'utf8'));
+  assert.equal(exported.id, id);
+  assert.equal(exported.messages[1].feedback.rating, 'down');
+
+  await go(page, 'usage');
+  const table = page.locator('#usage-list section[data-site="acme"] table');
+  assert.match(await table.locator('thead').innerText(), /Satisfaction/);
+  assert.match(await table.locator('tbody tr').last().innerText(), /\b0 %/);
+  await go(page, 'audit');
+  const [feedback] = await Promise.all([page.waitForEvent('download'), page.locator('#export-feedback').click()]);
+  const csv = readFileSync(await feedback.path(), 'utf8');
+  assert.match(csv.split('\n')[0], /^updated_at,created_at,site,conversation,message,rating,comment$/);
+  assert.ok(csv.includes(id), csv);
+  assertClean(page);
+  await widget.context().close();
+  await page.context().close();
+});

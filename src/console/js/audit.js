@@ -57,8 +57,11 @@ export function pageAudit(ctx) {
   ]);
   const jsonl = h('a', { id: 'export-jsonl', class: 'button secondary', download: 'deskbell-audit.jsonl', text: 'Export JSON lines' });
   const csv = h('a', { id: 'export-csv', class: 'button secondary', download: 'deskbell-audit.csv', text: 'Export CSV' });
+  // Visitors' ratings of answers go beside the audit (issue 41).
+  const feedback = h('a', { id: 'export-feedback', class: 'button secondary', download: 'deskbell-feedback.csv', text: 'Export feedback (CSV)' });
   const exportNote = h('p', { class: 'muted small', id: 'export-note' });
   function exportLinks() {
+    feedback.href = '/v1/operator/feedback/export' + qs({ format: 'csv', site: f.site });
     jsonl.href = '/v1/operator/audit/export' + qs({ format: 'jsonl', site: f.site });
     csv.href = '/v1/operator/audit/export' + qs({ format: 'csv', site: f.site });
     exportNote.textContent = `Exports hold every row${f.site ? ' of ' + siteName(f.site) : ''}, oldest first; the other filters do not apply to them.`;
@@ -66,7 +69,7 @@ export function pageAudit(ctx) {
   const tbody = h('tbody', { id: 'audit-rows' });
   const more = h('button', { type: 'button', id: 'audit-more', class: 'secondary', text: 'Load more', hidden: true });
   const errors = h('div', { class: 'errors' });
-  view.append(pageTitle('Audit'), form, h('div', { class: 'exports' }, [jsonl, csv, exportNote]), errors,
+  view.append(pageTitle('Audit'), form, h('div', { class: 'exports' }, [jsonl, csv, feedback, exportNote]), errors,
     table('audit-table', 'Audit rows, newest first', AUDIT_COLS, tbody), more);
 
   const list = pagedList(ctx, {

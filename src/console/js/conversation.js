@@ -18,9 +18,18 @@ export function pageConversation(ctx, id) {
   const messages = h('div', { class: 'log', id: 'messages' });
   const calls = h('div', { id: 'calls', class: 'calls' });
   const errors = h('div', { class: 'errors' });
+  // The conversation as the API gives it, saved as one JSON file (issue 41).
+  let current = null;
+  const save = h('button', { type: 'button', class: 'secondary', id: 'export-conversation', text: 'Export as JSON', onclick: () => {
+    if (!current) return;
+    const blob = new Blob([JSON.stringify(current, null, 2) + '\n'], { type: 'application/json' });
+    const a = h('a', { href: URL.createObjectURL(blob), download: `deskbell-${current.id}.json` });
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+  } });
   view.append(
     h('p', { class: 'back' }, [h('a', { href: '#/conversations', text: '← All conversations' })]),
-    pageTitle('Conversation'), errors, meta, desk,
+    pageTitle('Conversation'), errors, meta, h('p', {}, [save]), desk,
     h('section', { 'aria-labelledby': 'messages-title' }, [h('h2', { id: 'messages-title', text: 'Messages' }), messages]),
     h('section', { 'aria-labelledby': 'calls-title' }, [h('h2', { id: 'calls-title', text: 'Calls' }), calls]),
   );
@@ -31,6 +40,7 @@ export function pageConversation(ctx, id) {
       if (!ctx.alive) return;
       errors.replaceChildren();
       const json = JSON.stringify(c);
+      current = c;
       if (json === shown) return;
       shown = json;
       renderConversation(c, meta, messages, calls);

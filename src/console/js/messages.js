@@ -66,5 +66,16 @@ export function bubble(m) {
   }
   for (const s of m.steps || []) el.append(s.kind === 'confirmation' ? card(s, 'h3') : stepLine(s.status, s.label, s.call));
   if (m.status === 'failed' && !m.text) el.append(h('p', { class: 'error-text', text: 'This answer could not be completed.' }));
+  if (m.feedback) el.append(feedbackLine(m.feedback));
   return el;
+}
+
+/** The visitor's rating of an answer, with their comment as plain text. */
+function feedbackLine(f) {
+  const up = f.rating === 'up';
+  return h('p', { class: 'feedback ' + (up ? 'ok' : 'bad'), 'data-rating': f.rating }, [
+    h('span', { 'aria-hidden': 'true', text: (up ? '👍' : '👎') + ' ' }),
+    h('strong', { text: up ? 'Rated helpful' : 'Rated not helpful' }), ' · ', timeEl(f.updated_at),
+    f.comment ? h('span', { class: 'comment' }, [': “', h('span', { class: 'plain', text: f.comment }), '”']) : null,
+  ]);
 }

@@ -53,14 +53,15 @@ function usageSite(s, list, charts) {
   const activity = chartBlock(key, 'activity', 'Turns and calls per day', ACTIVITY_SERIES);
   const rows = s.days.map((d) => h('tr', {}, [
     h('th', { scope: 'row', text: d.day }),
-    ...['turns', 'input_tokens', 'output_tokens', 'spent', 'confirmed', 'cancelled', 'expired', 'auto_calls', 'failures'].map((k) => h('td', { class: 'num', text: num(d[k]) })),
+    ...['turns', 'input_tokens', 'output_tokens', 'spent', 'confirmed', 'cancelled', 'expired', 'auto_calls', 'failures', 'helpful', 'not_helpful'].map((k) => h('td', { class: 'num', text: num(d[k]) })),
+    h('td', { class: 'num', text: satisfaction(d) }),
   ]));
   list.append(h('section', { class: 'site-block usage', 'data-site': s.site, 'aria-labelledby': 'usage-' + key }, [
     h('h2', { id: 'usage-' + key, text: name }),
     h('p', {}, [budget ? `Daily token budget: ${num(budget)} tokens.` : 'No daily token budget.']),
     h('div', { class: 'charts' }, [tokens.block, activity.block]),
     table('usage-table-' + key, `${name}: usage per day (UTC)`,
-      ['Day', 'Turns', 'Input tokens', 'Output tokens', 'Spent', 'Confirmed', 'Cancelled', 'Expired', 'Auto calls', 'Failures'],
+      ['Day', 'Turns', 'Input tokens', 'Output tokens', 'Spent', 'Confirmed', 'Cancelled', 'Expired', 'Auto calls', 'Failures', 'Rated helpful', 'Rated not helpful', 'Satisfaction'],
       h('tbody', {}, rows)),
   ]));
   // uPlot measures its box, so the charts are drawn once they are in the page.
@@ -68,6 +69,12 @@ function usageSite(s, list, charts) {
   const values = (series) => series.map((x) => x.values || s.days.map((d) => d[x.key] ?? 0));
   charts.push(drawChart(tokens.box, xs, tokenSeries, values(tokenSeries)));
   charts.push(drawChart(activity.box, xs, ACTIVITY_SERIES, values(ACTIVITY_SERIES)));
+}
+
+/** The share of the day's rated answers rated helpful, or a dash. */
+function satisfaction(d) {
+  const rated = (d.helpful || 0) + (d.not_helpful || 0);
+  return rated ? `${Math.round((100 * d.helpful) / rated)} %` : '—';
 }
 
 function chartBlock(key, kind, title, series) {
