@@ -12,6 +12,7 @@ pub mod chunks;
 #[cfg(feature = "local-model")]
 pub mod local;
 pub(crate) mod openai;
+mod remote;
 mod retry;
 pub mod sse;
 

@@ -6,7 +6,6 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::ChunkDecoder;
-use crate::llm::openai::decode_sse;
 use crate::llm::sse::Decoder;
 use crate::llm::{ModelEvent, ProviderError, ToolCall};
 use crate::wire::Usage;
@@ -65,10 +64,14 @@ async fn decode_in_pieces(body: &str, cuts: &[usize]) -> Vec<Result<ModelEvent, 
         .windows(2)
         .map(|w| Ok(Bytes::copy_from_slice(&bytes[w[0]..w[1]])))
         .collect();
-    decode_sse(futures_util::stream::iter(pieces), Duration::from_secs(5))
-        .map(|r| r.map_err(|e: ProviderError| e.to_string()))
-        .collect()
-        .await
+    crate::llm::sse::decode(
+        futures_util::stream::iter(pieces),
+        ChunkDecoder::default(),
+        Duration::from_secs(5),
+    )
+    .map(|r| r.map_err(|e: ProviderError| e.to_string()))
+    .collect()
+    .await
 }
 
 fn runtime() -> tokio::runtime::Runtime {
