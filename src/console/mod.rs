@@ -36,6 +36,7 @@ const MODULES: &[(&str, &str)] = &[
     ("paged.js", include_str!("js/paged.js")),
     ("state.js", include_str!("js/state.js")),
     ("tools.js", include_str!("js/tools.js")),
+    ("strings.js", include_str!("js/strings.js")),
     ("usage.js", include_str!("js/usage.js")),
 ];
 

@@ -13,13 +13,14 @@ mod feedback;
 mod ingest;
 mod knowledge;
 mod session;
+mod strings;
 mod tokens;
 mod tools;
 mod usage;
 
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
-use axum::routing::{delete, get, patch, post};
+use axum::routing::{delete, get, patch, post, put};
 use axum::{Json, Router};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -47,6 +48,11 @@ pub fn router() -> Router<App> {
         .route("/v1/operator/audit", get(audit::list))
         .route("/v1/operator/audit/export", get(audit::export))
         .route("/v1/operator/feedback/export", get(feedback::export))
+        .route("/v1/operator/sites/{site}/strings", get(strings::list))
+        .route(
+            "/v1/operator/sites/{site}/strings/{key}",
+            put(strings::set).delete(strings::reset),
+        )
         .route("/v1/operator/tools", get(tools::list))
         .route("/v1/operator/tools/{site}/{name}", patch(tools::change))
         .route(

@@ -31,6 +31,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!(
     (11, "gates", "common/0011_gates.sql"),
     (12, "knowledge vectors", "common/0012_knowledge_vectors.sql"),
     (13, "feedback", "common/0013_feedback.sql"),
+    (14, "widget strings", "common/0014_widget_strings.sql"),
 );
 
 const POSTGRES: &[(i64, &str, &str)] = embedded!(
@@ -55,6 +56,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!(
     (11, "gates", "common/0011_gates.sql"),
     (12, "knowledge vectors", "common/0012_knowledge_vectors.sql"),
     (13, "feedback", "common/0013_feedback.sql"),
+    (14, "widget strings", "common/0014_widget_strings.sql"),
 );
 
 #[derive(Debug)]

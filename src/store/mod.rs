@@ -25,6 +25,7 @@ mod overrides;
 mod ownership;
 mod quotas;
 pub mod stored;
+mod strings;
 mod turns;
 mod usage;
 mod vectors;
@@ -45,6 +46,7 @@ pub use operators::{OperatorRow, SessionRow, TokenRow};
 pub use overrides::{ToolEdit, ToolOverride};
 pub use ownership::{Claimed, DEFAULT_LEASE_MS, Fence, Renewal, StreamingAnswer};
 pub use quotas::QuotaCount;
+pub use strings::StringRow;
 pub use turns::{TurnEnd, TurnStart};
 
 use std::path::Path;

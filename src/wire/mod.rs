@@ -7,11 +7,13 @@ mod card;
 mod desk;
 mod feedback;
 mod operator;
+mod strings;
 
 pub use card::*;
 pub use desk::*;
 pub use feedback::*;
 pub use operator::*;
+pub use strings::*;
 
 use serde::{Deserialize, Serialize};
 

@@ -107,3 +107,98 @@ async fn an_override_of_a_string_that_does_not_exist_or_that_drops_a_placeholder
         "an unknown locale is a warning at start, not an error"
     );
 }
+
+#[tokio::test]
+async fn an_admin_gives_a_string_the_sites_own_words_from_the_console_and_resets_them() {
+    use deskbell::states::OperatorRole;
+    use reqwest::Method;
+    let t = TestApp::with(|c| {
+        c.sites[0].strings = BTreeMap::from([(
+            "send".to_string(),
+            StringOverride::All("From the file".into()),
+        )]);
+    })
+    .await;
+    let admin = t.console(OperatorRole::Admin).await;
+    let path = "/v1/operator/sites/acme/strings/send";
+    let all = admin
+        .send(Method::PUT, path, json!({"language": "*", "text": " Go "}))
+        .await;
+    assert_eq!(all.status, 204, "{:?}", all.json);
+    let german = admin
+        .send(Method::PUT, path, json!({"language": "de", "text": "Los"}))
+        .await;
+    assert_eq!(german.status, 204);
+    assert_eq!(
+        strings(&t, "acme", "de").await.json["strings"]["send"],
+        "Los"
+    );
+    assert_eq!(
+        strings(&t, "acme", "fr").await.json["strings"]["send"],
+        "Go",
+        "the console wins over the file"
+    );
+    let listed = admin.get("/v1/operator/sites/acme/strings").await;
+    let send = listed.json["strings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "send")
+        .unwrap()
+        .clone();
+    assert_eq!(send["english"], "Send");
+    assert_eq!(send["file"], "From the file");
+    assert_eq!(send["console"].as_array().unwrap().len(), 2);
+
+    for (body, status) in [
+        (json!({"language": "tlh", "text": "x"}), 400),
+        (json!({"language": "*", "text": ""}), 400),
+        (json!({"language": "*", "text": "a\u{0}b"}), 400),
+        (json!({"language": "*", "text": "x".repeat(501)}), 400),
+        (json!({"language": "*"}), 400),
+    ] {
+        assert_eq!(
+            admin.send(Method::PUT, path, body.clone()).await.status,
+            status,
+            "{body}"
+        );
+    }
+    let dropped = admin
+        .send(
+            Method::PUT,
+            "/v1/operator/sites/acme/strings/open_chat",
+            json!({"language": "*", "text": "Chat"}),
+        )
+        .await;
+    assert_eq!((dropped.status, dropped.code()), (400, "invalid_request"));
+    let unknown = admin
+        .send(
+            Method::PUT,
+            "/v1/operator/sites/acme/strings/sned",
+            json!({"language": "*", "text": "Go"}),
+        )
+        .await;
+    assert_eq!(unknown.status, 404);
+    let agent = t.console(OperatorRole::Agent).await;
+    assert_eq!(
+        agent
+            .send(Method::PUT, path, json!({"language": "*", "text": "Hi"}))
+            .await
+            .status,
+        403
+    );
+    assert_eq!(
+        agent.get("/v1/operator/sites/acme/strings").await.status,
+        200
+    );
+
+    assert_eq!(
+        admin.send(Method::DELETE, path, json!({})).await.status,
+        204
+    );
+    assert_eq!(
+        strings(&t, "acme", "de").await.json["strings"]["send"],
+        "From the file",
+        "back to the file's"
+    );
+}

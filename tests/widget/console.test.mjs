@@ -32,6 +32,7 @@ const LOADED = {
   tools: '#tool-list article.tool',
   knowledge: '#knowledge-list > :not(.loading)',
   usage: '#usage-list [data-chart] canvas',
+  strings: '#strings-table tbody tr',
 };
 
 /** A fresh context on the console's sign-in form; page errors and CSP reports are collected. */
@@ -439,7 +440,7 @@ test('a visitor\'s rating shows beside the answer and as satisfaction in usage, 
   const rated = page.locator('#messages .feedback[data-rating="down"]');
   await rated.waitFor();
   assert.match(await rated.innerText(), /Rated not helpful/);
-  assert.equal(await rated.locator('.comment .plain').innerText(), '<b>Which</b> days count?', 'the comment is text');
+  assert.equal(await rated.locator('.comment bdi').innerText(), '<b>Which</b> days count?', 'the comment is text');
   await checkPage(page, 'conversation-feedback');
   const [saved] = await Promise.all([page.waitForEvent('download'), page.locator('#export-conversation').click()]);
   const exported = JSON.parse(readFileSync(await saved.path(), 'utf8'));
@@ -457,5 +458,24 @@ test('a visitor\'s rating shows beside the answer and as satisfaction in usage, 
   assert.ok(csv.includes(id), csv);
   assertClean(page);
   await widget.context().close();
+  await page.context().close();
+});
+
+test('an admin gives the widget\'s greeting the site\'s own words on the Widget words page, and resets it', async () => {
+  const page = await signIn();
+  await go(page, 'strings');
+  await page.locator('#strings-acme-key').selectOption('greeting');
+  await page.locator('#strings-acme-language').selectOption('*');
+  await page.locator('#strings-acme-text').fill('Welcome to Acme — ask us anything.');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.locator('#strings-table tr[data-key="greeting"] .console-words', { hasText: 'Welcome to Acme' }).waitFor();
+  await checkPage(page, 'widget-words');
+  const widget = await openWidget(browser, server);
+  assert.equal(await widget.locator('deskbell-widget .greeting').innerText(), 'Welcome to Acme — ask us anything.');
+  await widget.context().close();
+  await page.locator('#strings-acme-key').selectOption('greeting');
+  await page.getByRole('button', { name: 'Reset to the file' }).click();
+  await page.locator('#strings-table tr[data-key="greeting"] .console-words', { hasText: '—' }).waitFor();
+  assertClean(page);
   await page.context().close();
 });

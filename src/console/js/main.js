@@ -14,6 +14,7 @@ import { pageAudit } from './audit.js';
 import { pageTools } from './tools.js';
 import { pageKnowledge } from './knowledge.js';
 import { pageUsage } from './usage.js';
+import { pageStrings } from './strings.js';
 import { pageQueue, startQueueWatch } from './desk.js';
 import { pageApprovals, startApprovalsWatch } from './approvals.js';
 
@@ -115,6 +116,7 @@ const ROUTES = [
   [/^#\/tools\/?$/, 'tools', pageTools],
   [/^#\/knowledge\/?$/, 'knowledge', pageKnowledge],
   [/^#\/usage\/?$/, 'usage', pageUsage],
+  [/^#\/strings\/?$/, 'strings', pageStrings],
 ];
 
 function leavePage() {

@@ -76,6 +76,6 @@ function feedbackLine(f) {
   return h('p', { class: 'feedback ' + (up ? 'ok' : 'bad'), 'data-rating': f.rating }, [
     h('span', { 'aria-hidden': 'true', text: (up ? '👍' : '👎') + ' ' }),
     h('strong', { text: up ? 'Rated helpful' : 'Rated not helpful' }), ' · ', timeEl(f.updated_at),
-    f.comment ? h('span', { class: 'comment' }, [': “', h('span', { class: 'plain', text: f.comment }), '”']) : null,
+    f.comment ? h('span', { class: 'comment' }, [': “', h('bdi', { class: 'plain', text: f.comment }), '”']) : null,
   ]);
 }

@@ -139,3 +139,31 @@ fn feedback_export() {}
     responses((status = 200, description = "The widget's words in the chosen language, the site's overrides applied.", body = WidgetStrings),
               (status = 404, description = "site_not_found.", body = ErrorBody)))]
 fn widget_strings() {}
+
+#[utoipa::path(get, path = "/v1/operator/sites/{site}/strings", tag = "operator",
+    security(("operator_token" = []), ("operator_session" = [])),
+    params(("site" = String, Path, description = "A site id.")),
+    responses((status = 200, description = "Every widget string with the catalog's English, the file's override and the console's.", body = SiteStringsView),
+              (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+              (status = 404, description = "not_found (no such site).", body = ErrorBody)))]
+fn site_strings() {}
+
+#[utoipa::path(put, path = "/v1/operator/sites/{site}/strings/{key}", tag = "operator",
+    security(("operator_token" = []), ("operator_session" = [])),
+    params(("site" = String, Path, description = "A site id."), ("key" = String, Path, description = "A widget string's key.")),
+    request_body = StringChange,
+    responses((status = 204, description = "The console's words for this string and language; they win over the file's."),
+              (status = 400, description = "invalid_request (a language with no catalog, a text that drops a placeholder, too long).", body = ErrorBody),
+              (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+              (status = 403, description = "forbidden (admins only), csrf_invalid.", body = ErrorBody),
+              (status = 404, description = "not_found (no such site or string).", body = ErrorBody)))]
+fn site_string_set() {}
+
+#[utoipa::path(delete, path = "/v1/operator/sites/{site}/strings/{key}", tag = "operator",
+    security(("operator_token" = []), ("operator_session" = [])),
+    params(("site" = String, Path, description = "A site id."), ("key" = String, Path, description = "A widget string's key.")),
+    responses((status = 204, description = "The console's words for this string are gone in every language."),
+              (status = 401, description = "operator_unauthenticated.", body = ErrorBody),
+              (status = 403, description = "forbidden (admins only), csrf_invalid.", body = ErrorBody),
+              (status = 404, description = "not_found (no such site or string).", body = ErrorBody)))]
+fn site_string_reset() {}
