@@ -84,15 +84,20 @@ fn checked_comment(comment: Option<String>) -> Result<Option<String>, ApiError> 
             "comment: must be at most {MAX_COMMENT_CHARS} characters"
         )));
     }
-    if comment
-        .chars()
-        .any(|c| c.is_control() && c != '\n' && c != '\t')
-    {
+    if comment.chars().any(hidden) {
         return Err(ApiError::InvalidRequest(
-            "comment: must not hold control characters".into(),
+            "comment: must not hold control, direction or invisible characters".into(),
         ));
     }
     Ok((!comment.is_empty()).then(|| comment.to_string()))
+}
+
+/// Characters that would hide or reorder text where the comment is shown:
+/// controls (but newline and tab), direction marks, embeddings and isolates,
+/// and invisible spaces. Joiners stay: emoji sequences need them.
+fn hidden(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{200B}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
 }
 
 /// A stored rating as history and the console show it.
@@ -119,6 +124,19 @@ mod tests {
         );
         assert!(checked_comment(Some("x".repeat(MAX_COMMENT_CHARS + 1))).is_err());
         assert!(checked_comment(Some("é".repeat(MAX_COMMENT_CHARS))).is_ok());
-        assert!(checked_comment(Some("a\u{202e}b\u{0}".into())).is_err());
+        for bad in [
+            "a\u{0}b",
+            "a\u{202e}b",
+            "a\u{2067}b",
+            "a\u{200b}b",
+            "a\u{200f}b",
+            "a\u{feff}b",
+        ] {
+            assert!(checked_comment(Some(bad.into())).is_err(), "{bad:?}");
+        }
+        assert!(
+            checked_comment(Some("👨\u{200d}👩\u{200d}👧 thanks".into())).is_ok(),
+            "joiners stay"
+        );
     }
 }

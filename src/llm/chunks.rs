@@ -67,6 +67,8 @@ struct PartialCall {
 pub struct ChunkDecoder {
     calls: BTreeMap<u32, PartialCall>,
     finished: bool,
+    /// The response stopped at its token limit (`finish_reason: "length"`).
+    cut: bool,
     done: bool,
 }
 
@@ -96,8 +98,9 @@ impl super::sse::Decoder for ChunkDecoder {
                     self.absorb(call);
                 }
             }
-            if choice.finish_reason.is_some() {
+            if let Some(reason) = &choice.finish_reason {
                 self.finished = true;
+                self.cut |= reason == "length";
             }
         }
         if let Some(u) = chunk.usage {
@@ -165,6 +168,8 @@ impl ChunkDecoder {
         if self.calls.is_empty() {
             return Vec::new();
         }
+        let last = self.calls.keys().next_back().copied();
+        let cut = self.cut;
         let calls = std::mem::take(&mut self.calls)
             .into_iter()
             .map(|(i, c)| ToolCall {
@@ -174,7 +179,13 @@ impl ChunkDecoder {
                     c.id
                 },
                 name: c.name,
-                arguments: c.arguments,
+                // The token limit cut the last call before any arguments came:
+                // an object never closed, so the argument check refuses it
+                // instead of reading nothing as `{}` and running it.
+                arguments: match cut && Some(i) == last && c.arguments.trim().is_empty() {
+                    true => "{".to_string(),
+                    false => c.arguments,
+                },
             })
             .collect();
         vec![ModelEvent::ToolCalls(calls)]

@@ -40,7 +40,12 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .trim()
         .parse()
         .ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+    // A peer's number: NaN or negative is ignored, and one past what a
+    // Duration holds is capped (it is then too long to wait: `with_retries`).
+    if seconds.is_nan() {
+        return None;
+    }
+    Duration::try_from_secs_f64(seconds.min(LONGEST_WAIT.as_secs_f64() * 2.0)).ok()
 }
 
 /// Runs `attempt` once and up to `retries` more times while it fails
@@ -70,5 +75,30 @@ where
             }
             Err(fault) => return Err(fault.error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn after(value: &str) -> Option<Duration> {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, value.parse().unwrap());
+        retry_after(&headers)
+    }
+
+    #[test]
+    fn a_retry_after_from_a_peer_is_read_without_panicking_whatever_it_says() {
+        assert_eq!(after("2"), Some(Duration::from_secs(2)));
+        assert_eq!(after(" 0.5 "), Some(Duration::from_millis(500)));
+        assert!(
+            after("1e20").is_some_and(|d| d > LONGEST_WAIT),
+            "huge is too long, not a panic"
+        );
+        assert!(after("inf").is_some_and(|d| d > LONGEST_WAIT));
+        assert_eq!(after("-1"), None);
+        assert_eq!(after("NaN"), None);
+        assert_eq!(after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
     }
 }

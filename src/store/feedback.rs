@@ -38,23 +38,19 @@ impl Feedback<'_> {
     /// Records a rating, replacing the answer's earlier one (its first time
     /// stays in `created_at`). Returns the row as stored.
     pub async fn put(self, row: &FeedbackRow) -> StoreResult<FeedbackRow> {
-        sqlx::query(
+        // The row as this statement left it, not as a racing rating left it.
+        let stored = sqlx::query(super::sql(format!(
             "INSERT INTO feedback (message, conversation, site, rating, comment, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $6) \
-             ON CONFLICT (message) DO UPDATE SET rating = $4, comment = $5, updated_at = $6",
-        )
+             ON CONFLICT (message) DO UPDATE SET rating = $4, comment = $5, updated_at = $6 \
+             RETURNING {COLUMNS}"
+        )))
         .bind(&row.message)
         .bind(&row.conversation)
         .bind(&row.site)
         .bind(&row.rating)
         .bind(&row.comment)
         .bind(row.updated_at)
-        .execute(self.0.writer())
-        .await?;
-        let stored = sqlx::query(super::sql(format!(
-            "SELECT {COLUMNS} FROM feedback WHERE message = $1"
-        )))
-        .bind(&row.message)
         .fetch_one(self.0.writer())
         .await?;
         Ok(feedback(&stored)?)

@@ -25,6 +25,12 @@ pub(super) fn check(headers: &HeaderMap, body: &Value) -> Result<(), String> {
             return Err(format!("{field}: field required"));
         }
     }
+    let marks = body.to_string().matches("\"cache_control\"").count();
+    if marks > 4 {
+        return Err(format!(
+            "a maximum of 4 blocks with cache_control may be provided; found {marks}"
+        ));
+    }
     let messages = body["messages"].as_array().ok_or("messages: not a list")?;
     let mut previous: Option<&Value> = None;
     for (i, m) in messages.iter().enumerate() {

@@ -260,7 +260,8 @@
         },
         confirm: function (c) { if (bubble) showCard(bubble.el, c, state.conversation); else if (answering) answering.replaced(c); },
         citations: function (c) { if (bubble) citations(bubble, c.items); },
-        error: function (e) { errorLine(e.message); },
+        // The server's words are English; the code says which of ours to show.
+        error: function (e) { errorLine(say(e.code === 'internal_error' ? 'error_generic' : 'error_answer_incomplete')); },
         holder: function (e) { showHolder(e); },
         offline: function (e) { offline(e.offline); },
         done: function (d) { typing.remove(); if (bubble && d.status === 'answered') feedbackRow(bubble.el, bubble.el.getAttribute('data-message'), state.conversation, null); listen(); }
@@ -294,7 +295,7 @@
       el = h('select', { id: id }, f.value === undefined ? [h('option', { value: '', text: '—' })] : []);
       (f.options || []).forEach(function (o, i) { el.appendChild(h('option', { value: String(i), text: o.title })).selected = same(o.value, f.value); });
     } else {
-      el = h('input', t === 'boolean' ? { id: id, type: 'checkbox' } : t === 'string' ? { id: id, type: 'text' } : { id: id, type: 'number', step: t === 'integer' ? '1' : 'any' });
+      el = h('input', t === 'boolean' ? { id: id, type: 'checkbox' } : t === 'string' ? { id: id, type: 'text', dir: 'auto' } : { id: id, type: 'number', step: t === 'integer' ? '1' : 'any' });
       if (t === 'boolean') el.checked = f.value === true; else if (f.value !== undefined) el.value = String(f.value);
     }
     return { f: f, el: el, row: row(h('dt', {}, [h('label', { for: id }, [h('bdi', { text: f.name })])]), h('dd', {}, [el])) };
@@ -327,7 +328,7 @@
     var cancel = h('button', { type: 'button', class: 'cancel', text: say('card_cancel'), 'aria-label': say('card_cancel_label', { label: c.label }) });
     var confirm = h('button', { type: 'button', class: 'confirm', text: say('card_confirm'), 'aria-label': say('card_confirm_label', { label: c.label }) });
     var el = h('div', { class: 'card', role: 'group', tabindex: '-1', 'aria-label': say('card_label', { label: c.label }), 'data-call': c.call }, [
-      h('h3', { text: c.label }), list, c.quota ? h('p', { class: 'quota', text: quotaText(c.quota) }) : null, left, note, h('div', { class: 'actions' }, [cancel, confirm])]);
+      h('h3', {}, [h('bdi', { text: c.label })]), list, c.quota ? h('p', { class: 'quota', text: quotaText(c.quota) }) : null, left, note, h('div', { class: 'actions' }, [cancel, confirm])]);
     parent.appendChild(el); scroll();
     var card = { el: el, conversation: conversation, settle: function (status) { settle(status); } };
     var expires = Date.parse(c.expires_at);
@@ -499,16 +500,18 @@
     var comment = h('textarea', { class: 'comment', rows: '2', maxlength: '1000', placeholder: say('feedback_comment_placeholder'), 'aria-label': say('feedback_comment_placeholder'), hidden: '' });
     var sendIt = h('button', { type: 'button', class: 'send-feedback', text: say('feedback_send'), hidden: '' });
     var thanks = h('span', { class: 'thanks', role: 'status' });
-    var chosen = given && given.rating;
+    var chosen = given && given.rating, said = given && given.comment;
     function pressed() { up.setAttribute('aria-pressed', String(chosen === 'up')); down.setAttribute('aria-pressed', String(chosen === 'down')); }
     async function rate(rating, text) {
+      // A new rating replaces the stored one: it keeps the comment already sent.
+      if (text === undefined) text = said;
       var body = { rating: rating };
       if (text) body.comment = text;
       try {
         var r = await call('POST', '/v1/conversations/' + encodeURIComponent(conversation) + '/messages/' + encodeURIComponent(id) + '/feedback', body);
         if (!r.ok) { var j = await r.json().catch(function () { return {}; }); errorLine(explain(j.error && j.error.code, r.headers.get('retry-after'))); return false; }
       } catch (e) { errorLine(say('error_connection_interrupted')); return false; }
-      chosen = rating; pressed(); thanks.textContent = say('feedback_thanks');
+      chosen = rating; said = text; pressed(); thanks.textContent = say('feedback_thanks');
       return true;
     }
     function pick(rating) { rate(rating).then(function (ok) { if (ok) { comment.hidden = sendIt.hidden = false; comment.focus(); } }); }
@@ -540,6 +543,13 @@
       var line = doc.createElement('h2'); line.textContent = (who ? who + ' · ' : '') + when(m.created_at);
       var text = doc.createElement('p'); text.textContent = m.text;
       doc.body.appendChild(line); doc.body.appendChild(text);
+      // What ran or was confirmed, as the steps under the answer say it.
+      (m.steps || []).forEach(function (s) {
+        var word = { confirmed: 'step_confirmed', failed: 'step_failed', cancelled: 'step_cancelled', expired: 'step_expired', awaiting_approval: 'step_awaiting_approval' }[s.status];
+        var step = doc.createElement('p'); step.className = 'step';
+        step.textContent = '• ' + (word ? say(word) + ' · ' : '') + s.label + (s.arguments && s.arguments.length ? ' (' + s.arguments.map(function (a) { return a.name + ': ' + a.value; }).join(', ') + ')' : '');
+        doc.body.appendChild(step);
+      });
     });
     var blob = new Blob(['<!doctype html>\n' + doc.documentElement.outerHTML], { type: 'text/html' });
     var link = h('a', { href: URL.createObjectURL(blob), download: 'conversation-' + convo.id + '.html' });

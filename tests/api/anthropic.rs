@@ -160,6 +160,18 @@ async fn a_529_is_retried_after_its_retry_after_and_a_long_retry_after_is_not_wa
     assert_eq!(r.text(), "Third time.");
     assert_eq!(t.llm.requests().len(), 3);
 
+    // A moderate wait is waited out.
+    t.llm.push(Script::Busy {
+        status: 529,
+        retry_after_s: 1,
+    });
+    t.llm.push(Script::text("After a second."));
+    let started = std::time::Instant::now();
+    let r = t.question(&token, None, "And now?").await;
+    assert_eq!(r.text(), "After a second.");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    assert_eq!(t.llm.requests().len(), 5);
+
     t.llm.push(Script::Busy {
         status: 429,
         retry_after_s: 3600,
@@ -168,7 +180,7 @@ async fn a_529_is_retried_after_its_retry_after_and_a_long_retry_after_is_not_wa
     let r = t.question(&token, None, "Again?").await;
     assert_eq!(r.status, 503);
     assert_eq!(r.code(), "provider_unavailable");
-    assert_eq!(t.llm.requests().len(), 4, "an hour is not waited out");
+    assert_eq!(t.llm.requests().len(), 6, "an hour is not waited out");
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
 }
 

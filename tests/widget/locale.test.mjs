@@ -119,6 +119,7 @@ test('a visitor rates an answer with a comment and sees the rating again after a
 
 test('the visitor downloads the conversation as a printable page in their language', async () => {
   const page = await open(german, 'de-DE');
+  await script(german, { tool_calls: [{ name: 'lookup_order', arguments: { order_id: 7 } }] });
   await script(german, { text: 'Wir liefern in <3 Tagen & kostenlos.' });
   await send(page, 'Wie schnell liefert ihr?');
   await assistant(page).last().getByText('kostenlos').waitFor();
@@ -132,6 +133,7 @@ test('the visitor downloads the conversation as a printable page in their langua
   assert.ok(html.includes('Wie schnell liefert ihr?'), html);
   assert.ok(html.includes('Wir liefern in &lt;3 Tagen &amp; kostenlos.'), 'text is escaped, never markup');
   assert.ok(html.includes(de.transcript_visitor) && html.includes(de.transcript_assistant));
+  assert.ok(html.includes('Look up an order'), 'the steps are in the transcript');
   assert.deepEqual(page.errors, []);
   await page.context().close();
 });

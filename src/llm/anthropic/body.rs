@@ -55,6 +55,11 @@ enum Block<'a> {
     Text {
         text: &'a str,
     },
+    /// A text block whose words this body wrote (`note`).
+    #[serde(rename = "text")]
+    Note {
+        text: String,
+    },
     ToolUse {
         id: &'a str,
         name: &'a str,
@@ -78,10 +83,16 @@ impl<'a> Body<'a> {
         let mut messages: Vec<Turn<'a>> = Vec::new();
         for message in &request.messages {
             let (role, blocks) = match message {
-                ChatMessage::System { content } => {
+                // The first system message is Anthropic's `system`, its stable
+                // start marked for the cache; a later one (a note where a
+                // person handed the conversation back) keeps its place in the
+                // conversation, said as the help desk's, never marked (the API
+                // takes at most four marks).
+                ChatMessage::System { content } if messages.is_empty() && system.is_empty() => {
                     system.extend(system_blocks(content, request.stable_system));
                     continue;
                 }
+                ChatMessage::System { content } => ("user", note(content).into_iter().collect()),
                 ChatMessage::User { content } => ("user", text(content).into_iter().collect()),
                 ChatMessage::Assistant {
                     content,
@@ -132,6 +143,14 @@ impl<'a> Body<'a> {
             stream: true,
         }
     }
+}
+
+/// A note of the help desk's in the conversation, as a text block the model
+/// cannot take for the visitor's words.
+fn note(content: &str) -> Option<Block<'static>> {
+    (!content.is_empty()).then(|| Block::Note {
+        text: format!("[Help desk note, not from the visitor:] {content}"),
+    })
 }
 
 /// A text block, or none for empty text (which the API refuses).

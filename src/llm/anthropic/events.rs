@@ -90,20 +90,6 @@ struct RawUsage {
     cache_read_input_tokens: Option<u64>,
 }
 
-impl RawUsage {
-    fn input(&self) -> Option<u64> {
-        let parts = [
-            self.input_tokens,
-            self.cache_creation_input_tokens,
-            self.cache_read_input_tokens,
-        ];
-        parts
-            .iter()
-            .any(Option::is_some)
-            .then(|| parts.iter().flatten().sum())
-    }
-}
-
 #[derive(Debug, Deserialize)]
 struct ErrorBody {
     #[serde(rename = "type", default)]
@@ -125,7 +111,11 @@ struct PartialCall {
 pub struct EventDecoder {
     open: BTreeMap<u32, PartialCall>,
     closed: Vec<(u32, PartialCall)>,
+    /// Each usage figure as last reported: a later event that leaves one out
+    /// (a gateway's `message_delta` without the cache figures) keeps it.
     input_tokens: Option<u64>,
+    cache_creation_tokens: Option<u64>,
+    cache_read_tokens: Option<u64>,
     output_tokens: Option<u64>,
     stop_reason: Option<String>,
     done: bool,
@@ -198,10 +188,15 @@ impl Decoder for EventDecoder {
             }
             Event::Ping | Event::Unknown => Vec::new(),
             Event::Error { error } => {
-                return Err(ProviderError::Stream(format!(
-                    "{}: {}",
-                    error.kind, error.message
-                )));
+                let text = format!("{}: {}", error.kind, error.message);
+                // Overloaded, rate-limited or failing on its side: worth another
+                // try before the first token. A request it refuses is not.
+                return Err(match error.kind.as_str() {
+                    "overloaded_error" | "api_error" | "rate_limit_error" | "timeout_error" => {
+                        ProviderError::Stream(text)
+                    }
+                    _ => ProviderError::Protocol(text),
+                });
             }
         })
     }
@@ -224,11 +219,19 @@ impl Decoder for EventDecoder {
 impl EventDecoder {
     /// Usage figures are totals so far: a later report replaces an earlier one.
     fn count(&mut self, usage: &RawUsage) {
-        if let Some(input) = usage.input() {
-            self.input_tokens = Some(input);
-        }
-        if usage.output_tokens.is_some() {
-            self.output_tokens = usage.output_tokens;
+        let fields = [
+            (&mut self.input_tokens, usage.input_tokens),
+            (
+                &mut self.cache_creation_tokens,
+                usage.cache_creation_input_tokens,
+            ),
+            (&mut self.cache_read_tokens, usage.cache_read_input_tokens),
+            (&mut self.output_tokens, usage.output_tokens),
+        ];
+        for (slot, reported) in fields {
+            if reported.is_some() {
+                *slot = reported;
+            }
         }
     }
 
@@ -239,22 +242,31 @@ impl EventDecoder {
     /// nothing as `{}` and running a call the model never finished.
     fn flush(&mut self) -> Vec<ModelEvent> {
         let mut out = Vec::new();
-        if self.input_tokens.is_some() || self.output_tokens.is_some() {
+        let inputs = [
+            self.input_tokens,
+            self.cache_creation_tokens,
+            self.cache_read_tokens,
+        ];
+        if inputs.iter().any(Option::is_some) || self.output_tokens.is_some() {
             out.push(ModelEvent::Usage(Usage {
-                input_tokens: self.input_tokens.unwrap_or(0),
+                input_tokens: inputs.iter().flatten().sum(),
                 output_tokens: self.output_tokens.unwrap_or(0),
             }));
         }
         let mut calls: Vec<(u32, PartialCall)> = std::mem::take(&mut self.closed);
         calls.extend(std::mem::take(&mut self.open));
         calls.sort_by_key(|(index, _)| *index);
-        let cut = self.stop_reason.as_deref() == Some("max_tokens");
+        let cut = matches!(
+            self.stop_reason.as_deref(),
+            Some("max_tokens" | "model_context_window_exceeded")
+        );
         let last = calls.len().saturating_sub(1);
         let calls: Vec<ToolCall> = calls
             .into_iter()
             .enumerate()
             .map(|(n, (_, call))| {
-                let arguments = match call.input.is_empty() {
+                // Blank input reads as `{}` to the argument check, as empty does.
+                let arguments = match call.input.trim().is_empty() {
                     true if cut && n == last => "{".to_string(),
                     true => "{}".to_string(),
                     false => call.input,

@@ -135,6 +135,88 @@ fn a_tool_call_cut_by_max_tokens_before_any_input_is_an_object_never_closed() {
 }
 
 #[test]
+fn a_tool_call_cut_with_only_blank_input_or_by_the_context_window_is_not_empty_arguments() {
+    for (input, reason) in [(" \n", "max_tokens"), ("", "model_context_window_exceeded")] {
+        let mut events = vec![
+            start(10),
+            tool_start(0, "toolu_1", "refund"),
+            json_delta(0, input),
+        ];
+        events.extend(end(reason, 50));
+        let got = calls(&decode(&events).unwrap());
+        assert!(
+            crate::tools::arguments::Arguments::from_model(&got[0].arguments).is_err(),
+            "{reason}"
+        );
+    }
+}
+
+#[test]
+fn a_later_usage_report_without_the_cache_figures_keeps_them() {
+    let mut events = vec![json!({"type": "message_start", "message": {"usage": {
+        "input_tokens": 5, "cache_read_input_tokens": 900, "output_tokens": 1}}})];
+    events.push(
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+        "usage": {"input_tokens": 5, "output_tokens": 7}}),
+    );
+    events.push(json!({"type": "message_stop"}));
+    assert_eq!(
+        decode(&events).unwrap(),
+        vec![ModelEvent::Usage(Usage {
+            input_tokens: 905,
+            output_tokens: 7
+        })]
+    );
+}
+
+#[test]
+fn a_refused_request_reported_in_the_stream_is_not_retried_and_an_overload_is() {
+    let refused = [
+        start(1),
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}),
+    ];
+    assert!(!decode(&refused).unwrap_err().is_transient());
+    let busy = [
+        start(1),
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}),
+    ];
+    assert!(decode(&busy).unwrap_err().is_transient());
+}
+
+#[test]
+fn a_later_system_note_stays_in_its_place_and_is_never_marked_for_the_cache() {
+    let body = request(
+        vec![
+            ChatMessage::System {
+                content: "Rules. Sources".into(),
+            },
+            ChatMessage::User {
+                content: "Hi".into(),
+            },
+            ChatMessage::System {
+                content: "A person handled the conversation up to here.".into(),
+            },
+            ChatMessage::User {
+                content: "Thanks".into(),
+            },
+        ],
+        6,
+    );
+    assert_eq!(body["system"].as_array().unwrap().len(), 2);
+    let text = body.to_string();
+    assert_eq!(text.matches("cache_control").count(), 1, "{text}");
+    let user = &body["messages"][0]["content"];
+    assert_eq!(user[0]["text"], "Hi");
+    assert!(
+        user[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("A person handled the conversation")
+    );
+    assert_eq!(user[2]["text"], "Thanks");
+}
+
+#[test]
 fn a_finished_tool_call_without_input_has_empty_arguments() {
     let mut events = vec![
         start(10),

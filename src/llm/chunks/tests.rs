@@ -145,3 +145,17 @@ fn an_error_object_in_the_stream_is_an_error() {
     let mut d = ChunkDecoder::default();
     assert!(d.push(r#"{"error": {"message": "overloaded"}}"#).is_err());
 }
+
+#[test]
+fn a_call_the_token_limit_cut_before_its_arguments_is_not_read_as_empty_arguments() {
+    let mut d = ChunkDecoder::default();
+    let head = json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "refund", "arguments": ""}}]}}]});
+    d.push(&head.to_string()).unwrap();
+    d.push(&json!({"choices": [{"delta": {}, "finish_reason": "length"}]}).to_string())
+        .unwrap();
+    let events = d.push("[DONE]").unwrap();
+    let ModelEvent::ToolCalls(calls) = &events[0] else {
+        panic!("{events:?}")
+    };
+    assert!(crate::tools::arguments::Arguments::from_model(&calls[0].arguments).is_err());
+}
