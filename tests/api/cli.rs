@@ -250,6 +250,30 @@ fn serve_ask_and_collect_logs(
         command.env(key, value);
     }
     let mut child = command.spawn().unwrap();
+    // The pipes are read while the server runs: a server writing more than a
+    // pipe holds (debug lines for every statement) would otherwise block on
+    // its log and never answer.
+    let drain = |stream: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut stream) = stream {
+                let _ = stream.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
     let reply = runtime.block_on(async {
         let http = reqwest::Client::new();
         let base = format!("http://127.0.0.1:{port}");
@@ -263,17 +287,7 @@ fn serve_ask_and_collect_logs(
     });
     child.kill().unwrap();
     child.wait().unwrap();
-    let mut logs = String::new();
-    for stream in [
-        child.stderr.take().map(|s| Box::new(s) as Box<dyn Read>),
-        child.stdout.take().map(|s| Box::new(s) as Box<dyn Read>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let mut stream = stream;
-        stream.read_to_string(&mut logs).unwrap();
-    }
+    let logs = stderr.join().unwrap() + &stdout.join().unwrap();
     (reply, logs)
 }
 

@@ -13,7 +13,7 @@ use deskbell::states::OperatorRole;
 use deskbell::testkit::Reply as Script;
 use serde_json::json;
 
-use crate::support::{TestApp, config_file, deskbell_command, free_port};
+use crate::support::{TestApp, config_file, deskbell_command, free_port, sent};
 
 /// Where `tests/mcp`'s packages are installed.
 fn modules() -> PathBuf {
@@ -83,22 +83,12 @@ fn word(policy: Policy) -> McpToolConfig {
 
 /// The names of the tools offered in the model's `n`th request.
 fn offered(t: &TestApp, n: usize) -> Vec<String> {
-    t.llm.requests()[n]["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    sent::offered(&t.llm.requests()[n])
 }
 
 /// What the model was told of its last tool call in its `n`th request.
 fn tool_result(t: &TestApp, n: usize) -> String {
-    let messages = t.llm.requests()[n]["messages"].as_array().unwrap().clone();
-    let last = messages.iter().rev().find(|m| m["role"] == "tool").unwrap();
-    last["content"].as_str().unwrap().to_string()
+    sent::tool_results(&t.llm.requests()[n]).pop().unwrap()
 }
 
 /// Waits (bounded) until `ready` holds.
