@@ -41,6 +41,29 @@ fn reference(w: &[f32], x: &[f32], cols: usize, r: usize, t: usize) -> (f64, f64
     (terms.sum(), magnitude)
 }
 
+/// Every output of a product (`rows` per token) is the f64 product of the
+/// expanded weights, to within rounding of its terms' size.
+fn matches_reference(
+    w: &[f32],
+    x: &[f32],
+    cols: usize,
+    rows: usize,
+    tokens: usize,
+    out: &[f32],
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    for t in 0..tokens {
+        for r in 0..rows {
+            let (want, magnitude) = reference(w, x, cols, r, t);
+            let got = f64::from(out[t * rows + r]);
+            prop_assert!(
+                (got - want).abs() <= 1e-5 * magnitude + 1e-6,
+                "row {r}, token {t}: {got} against {want}"
+            );
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #[test]
     fn eight_bit_dot_products_match_plain_sums(
@@ -77,16 +100,7 @@ proptest! {
         let w = m.dequantize();
         let mut out = vec![f32::NAN; rows * tokens];
         m.matmul_rows_expanded(&x, tokens, &mut out).unwrap();
-        for t in 0..tokens {
-            for r in 0..rows {
-                let (want, magnitude) = reference(&w, &x, cols, r, t);
-                let got = f64::from(out[t * rows + r]);
-                prop_assert!(
-                    (got - want).abs() <= 1e-5 * magnitude + 1e-6,
-                    "row {r}, token {t}: {got} against {want}"
-                );
-            }
-        }
+        matches_reference(&w, &x, cols, rows, tokens, &out)?;
     }
 
     #[test]
@@ -109,16 +123,7 @@ proptest! {
         let w = m.dequantize();
         let mut out = vec![f32::NAN; rows * tokens];
         m.matmul(&x, tokens, &mut out).unwrap();
-        for t in 0..tokens {
-            for r in 0..rows {
-                let (want, magnitude) = reference(&w, &x, cols, r, t);
-                let got = f64::from(out[t * rows + r]);
-                prop_assert!(
-                    (got - want).abs() <= 1e-5 * magnitude + 1e-6,
-                    "row {r}, token {t}: {got} against {want}"
-                );
-            }
-        }
+        matches_reference(&w, &x, cols, rows, tokens, &out)?;
     }
 
     #[test]

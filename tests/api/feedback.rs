@@ -257,3 +257,35 @@ async fn a_rating_is_counted_in_the_metrics_by_site_and_rating() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn the_export_reads_page_after_page_without_losing_or_repeating_ratings_given_at_one_instant()
+{
+    let t = TestApp::start().await;
+    let token = t.visitor().await;
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let (conversation, answer) = answered(&t, &token).await;
+        // The clock stands still: all three share one updated_at, and only
+        // the message id orders them.
+        assert_eq!(
+            rate(&t, &token, &conversation, &answer, json!({"rating": "up"}))
+                .await
+                .status,
+            200
+        );
+        answers.push(answer);
+    }
+    answers.sort();
+    let store = t.app.store.feedback();
+    let first = store.page(Some("acme"), None, 2).await.unwrap();
+    let last = first.last().map(|r| (r.updated_at, r.message.clone()));
+    let second = store.page(Some("acme"), last.as_ref(), 2).await.unwrap();
+    let read: Vec<String> = first
+        .iter()
+        .chain(&second)
+        .map(|r| r.message.clone())
+        .collect();
+    assert_eq!(read, answers);
+    assert!(store.page(Some("other"), None, 2).await.unwrap().is_empty());
+}
