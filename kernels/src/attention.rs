@@ -9,6 +9,7 @@
 //! `h / (heads / kv_heads)`, as candle's `repeat_kv` arranges it.
 
 use multiversion::multiversion;
+use rayon::prelude::*;
 
 use crate::ShapeError;
 
@@ -112,25 +113,21 @@ pub fn attend(
     }
     let group = heads / kv_heads;
     let scale = 1.0 / (dim as f32).sqrt();
-    let mut scores = vec![0f32; first + tokens];
-    for t in 0..tokens {
-        let seen = first + t + 1;
-        for h in 0..heads {
-            let at = (t * heads + h) * dim;
-            let q = &queries[at..at + dim];
+    // Each head of each token is its own task: generating a token, attention was
+    // the largest part of a layer left on one thread (issue 42).
+    out.par_chunks_mut(dim).enumerate().for_each_init(
+        || vec![0f32; first + tokens],
+        |scores, (i, out)| {
+            let (t, h) = (i / heads, i % heads);
+            let seen = first + t + 1;
+            let q = &queries[i * dim..(i + 1) * dim];
             let kv = h / group;
             let scores = &mut scores[..seen];
             key_scores(q, keys, kv_heads * dim, kv * dim, scale, scores);
             softmax(scores);
-            weighted_sum(
-                scores,
-                values,
-                kv_heads * dim,
-                kv * dim,
-                &mut out[at..at + dim],
-            );
-        }
-    }
+            weighted_sum(scores, values, kv_heads * dim, kv * dim, out);
+        },
+    );
     Ok(())
 }
 

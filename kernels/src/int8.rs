@@ -19,7 +19,7 @@
 
 use rayon::prelude::*;
 
-use crate::{BLOCK, Q8Matrix};
+use crate::{BLOCK, Q4Matrix, Q8Matrix};
 
 /// Tokens in a panel: one per 32-bit lane of a 512-bit register.
 const PANEL: usize = 16;
@@ -38,8 +38,80 @@ type PanelBlock = [[u8; 4 * PANEL]; GROUPS];
 /// Whether this CPU has the instructions [`product`] needs.
 pub(crate) fn available() -> bool {
     is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("f16c")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vnni")
+}
+
+/// Weights the panel product multiplies: [`Q8Matrix`] or [`Q4Matrix`], each block
+/// read as eight signed dwords (its 32 weights in order) with their sum, its scale
+/// and its offset (`d × q + m`; none for 8-bit blocks).
+pub(crate) trait PanelWeights: Sync {
+    /// Whether blocks have an offset `m`.
+    const OFFSET: bool;
+    fn rows(&self) -> usize;
+    fn blocks_per_row(&self) -> usize;
+    /// Block `k`'s weights as dwords of four bytes, and their sum.
+    fn dwords(&self, k: usize) -> ([i32; GROUPS], i32);
+    /// Block `k`'s scale and offset.
+    fn scale_min(&self, k: usize) -> (f32, f32);
+}
+
+impl PanelWeights for Q8Matrix {
+    const OFFSET: bool = false;
+    fn rows(&self) -> usize {
+        self.rows()
+    }
+    fn blocks_per_row(&self) -> usize {
+        Q8Matrix::blocks_per_row(self)
+    }
+    #[inline(always)]
+    fn dwords(&self, k: usize) -> ([i32; GROUPS], i32) {
+        let w = &self.quants[k];
+        let dword = |g: usize| {
+            i32::from_le_bytes([
+                w[4 * g] as u8,
+                w[4 * g + 1] as u8,
+                w[4 * g + 2] as u8,
+                w[4 * g + 3] as u8,
+            ])
+        };
+        (std::array::from_fn(dword), i32::from(self.sums[k]))
+    }
+    #[inline(always)]
+    fn scale_min(&self, k: usize) -> (f32, f32) {
+        (self.scales[k], 0.0)
+    }
+}
+
+impl PanelWeights for Q4Matrix {
+    const OFFSET: bool = true;
+    fn rows(&self) -> usize {
+        self.rows()
+    }
+    fn blocks_per_row(&self) -> usize {
+        Q4Matrix::blocks_per_row(self)
+    }
+    #[inline(always)]
+    fn dwords(&self, k: usize) -> ([i32; GROUPS], i32) {
+        // Byte `j` holds weight `j` in its low nibble and weight `j + 16` in its
+        // high one; nibbles are 0..16, so each is its own signed byte. Split in
+        // two 128-bit words at once, not one dword at a time.
+        const LOW: u128 = u128::from_le_bytes([0x0F; 16]);
+        let raw = u128::from_le_bytes(self.quants[k]);
+        let (lo, hi) = ((raw & LOW).to_le_bytes(), ((raw >> 4) & LOW).to_le_bytes());
+        let dword = |g: usize| {
+            let bytes = if g < 4 { &lo } else { &hi };
+            let at = 4 * (g % 4);
+            i32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        };
+        (std::array::from_fn(dword), i32::from(self.sums[k]))
+    }
+    #[inline(always)]
+    fn scale_min(&self, k: usize) -> (f32, f32) {
+        // Inlined into the panel product, which is compiled with F16C.
+        crate::q4_x86::half_pair(self.scales[k], self.mins[k])
+    }
 }
 
 /// `out[t * rows + r]` = row `r` · token `t`, with the tokens quantized; the
@@ -48,22 +120,30 @@ pub(crate) fn available() -> bool {
 /// # Safety
 ///
 /// [`available`] must have returned true: this runs AVX-512 VNNI instructions.
-pub(crate) unsafe fn product(m: &Q8Matrix, x: &[f32], tokens: usize, out: &mut [f32]) {
+pub(crate) unsafe fn product<W: PanelWeights>(m: &W, x: &[f32], tokens: usize, out: &mut [f32]) {
     let bpr = m.blocks_per_row();
     let (x, _) = x.as_chunks::<BLOCK>();
     // Each task takes one panel of tokens and writes only those tokens' outputs,
     // which are contiguous, so tasks share nothing but the weights.
-    out.par_chunks_mut(PANEL * m.rows)
+    out.par_chunks_mut(PANEL * m.rows())
         .zip(x.par_chunks(PANEL * bpr))
         .for_each(|(out, x)| {
             // SAFETY: `product`'s caller found every feature these functions
             // are compiled for (its own safety condition).
             unsafe {
-                let (quants, scales) = vnni::quantize_panel(x, bpr);
-                panel_product(m, &quants, &scales, out);
+                let panel = vnni::quantize_panel(x, bpr);
+                panel_product(m, &panel, out);
             }
         });
-    debug_assert_eq!(out.len(), tokens * m.rows);
+    debug_assert_eq!(out.len(), tokens * m.rows());
+}
+
+/// A panel's tokens in 8-bit blocks: each block's bytes, and per token its scale
+/// and its scale times the sum of its values.
+pub(crate) struct Panel {
+    quants: Vec<PanelBlock>,
+    scales: Vec<[f32; PANEL]>,
+    sums: Vec<[f32; PANEL]>,
 }
 
 /// Every row of `m` against one panel; `out` is the panel's tokens' outputs.
@@ -71,21 +151,17 @@ pub(crate) unsafe fn product(m: &Q8Matrix, x: &[f32], tokens: usize, out: &mut [
 /// # Safety
 ///
 /// As for [`product`].
-unsafe fn panel_product(
-    m: &Q8Matrix,
-    quants: &[PanelBlock],
-    scales: &[[f32; PANEL]],
-    out: &mut [f32],
-) {
-    let tokens = out.len() / m.rows;
-    let whole = m.rows - m.rows % TILE;
+unsafe fn panel_product<W: PanelWeights>(m: &W, panel: &Panel, out: &mut [f32]) {
+    let rows = m.rows();
+    let tokens = out.len() / rows;
+    let whole = rows - rows % TILE;
     // SAFETY: the caller found the features (this function's own condition).
     unsafe {
         for row in (0..whole).step_by(TILE) {
-            vnni::tile::<TILE>(m, row, quants, scales, tokens, out);
+            vnni::tile::<TILE, W>(m, row, panel, tokens, out);
         }
-        for row in whole..m.rows {
-            vnni::tile::<1>(m, row, quants, scales, tokens, out);
+        for row in whole..rows {
+            vnni::tile::<1, W>(m, row, panel, tokens, out);
         }
     }
 }
@@ -93,23 +169,26 @@ unsafe fn panel_product(
 mod vnni {
     use std::arch::x86_64::*;
 
-    use super::{GROUPS, PANEL, PanelBlock};
-    use crate::{BLOCK, Q8Matrix};
+    use super::{GROUPS, PANEL, Panel, PanelWeights};
+    use crate::BLOCK;
 
     /// A panel's tokens (`x`: up to sixteen tokens of `bpr` blocks) quantized into
     /// panel blocks and their scales, as [`crate::Q8Matrix::quantize`] does a
     /// block but rounding halves to even. Lanes past the last token hold zeros.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) fn quantize_panel(
-        x: &[[f32; BLOCK]],
-        bpr: usize,
-    ) -> (Vec<PanelBlock>, Vec<[f32; PANEL]>) {
+    pub(super) fn quantize_panel(x: &[[f32; BLOCK]], bpr: usize) -> Panel {
         let mut quants = vec![[[128u8; 4 * PANEL]; GROUPS]; bpr];
         let mut scales = vec![[0f32; PANEL]; bpr];
+        let mut sums = vec![[0f32; PANEL]; bpr];
         // Adding 128 to a byte's two's complement value flips its top bit.
         let offset = _mm_set1_epi8(i8::MIN);
         for (lane, token) in x.chunks_exact(bpr).enumerate() {
-            for ((block, panel), scale) in token.iter().zip(&mut quants).zip(&mut scales) {
+            for (((block, panel), scale), sum) in token
+                .iter()
+                .zip(&mut quants)
+                .zip(&mut scales)
+                .zip(&mut sums)
+            {
                 let (lo, hi) = block.split_at(PANEL);
                 // SAFETY: a block is two halves of sixteen f32, a whole register
                 // each; `loadu` has no alignment requirement.
@@ -122,6 +201,7 @@ mod vnni {
                 // not a number, as an f32 product would (not a quiet zero).
                 if unordered != 0 || max.is_infinite() {
                     scale[lane] = f32::NAN;
+                    sum[lane] = f32::NAN;
                     continue;
                 }
                 // A block of zeros, or of values too small to divide by, stays zero.
@@ -146,51 +226,57 @@ mod vnni {
                 for (g, dword) in q.as_chunks::<4>().0.iter().enumerate() {
                     panel[g][lane * 4..lane * 4 + 4].copy_from_slice(dword);
                 }
+                // The bytes hold each value plus 128.
+                let total: i32 = q.iter().map(|v| i32::from(*v) - 128).sum();
+                sum[lane] = scale[lane] * total as f32;
             }
         }
-        (quants, scales)
+        Panel {
+            quants,
+            scales,
+            sums,
+        }
     }
 
     /// Rows `first..first + R` against one panel, written to `out[t * rows + r]`
     /// for the panel's `tokens`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) fn tile<const R: usize>(
-        m: &Q8Matrix,
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    pub(super) fn tile<const R: usize, W: PanelWeights>(
+        m: &W,
         first: usize,
-        quants: &[PanelBlock],
-        scales: &[[f32; PANEL]],
+        panel: &Panel,
         tokens: usize,
         out: &mut [f32],
     ) {
-        let bpr = m.blocks_per_row();
-        let at = first * bpr;
-        let w_quants = &m.quants[at..at + R * bpr];
-        let w_scales = &m.scales[at..at + R * bpr];
-        let w_sums = &m.sums[at..at + R * bpr];
+        let (bpr, rows) = (m.blocks_per_row(), m.rows());
         let mut acc = [_mm512_setzero_ps(); R];
-        for (b, (panel, x_scale)) in quants.iter().zip(scales).enumerate() {
+        let blocks = panel.quants.iter().zip(&panel.scales).zip(&panel.sums);
+        for (b, ((quants, x_scale), x_sum)) in blocks.enumerate() {
             // SAFETY: each row of a panel block is 64 bytes, a whole register,
             // and `loadu` has no alignment requirement.
             let x: [__m512i; GROUPS] =
-                std::array::from_fn(|g| unsafe { _mm512_loadu_si512(panel[g].as_ptr().cast()) });
-            // SAFETY: sixteen f32, a whole register, unaligned load.
-            let x_scale = unsafe { _mm512_loadu_ps(x_scale.as_ptr()) };
+                std::array::from_fn(|g| unsafe { _mm512_loadu_si512(quants[g].as_ptr().cast()) });
+            // SAFETY: sixteen f32, a whole register, unaligned loads.
+            let (x_scale, x_sum) = unsafe {
+                (
+                    _mm512_loadu_ps(x_scale.as_ptr()),
+                    _mm512_loadu_ps(x_sum.as_ptr()),
+                )
+            };
             for (i, acc) in acc.iter_mut().enumerate() {
-                let k = i * bpr + b;
-                let w = &w_quants[k];
+                let k = (first + i) * bpr + b;
+                let (dwords, w_sum) = m.dwords(k);
                 // Start from the correction for the tokens' +128.
-                let mut sum = _mm512_set1_epi32(-128 * i32::from(w_sums[k]));
-                for (g, x) in x.iter().enumerate() {
-                    let dword = i32::from_le_bytes([
-                        w[4 * g] as u8,
-                        w[4 * g + 1] as u8,
-                        w[4 * g + 2] as u8,
-                        w[4 * g + 3] as u8,
-                    ]);
+                let mut sum = _mm512_set1_epi32(-128 * w_sum);
+                for (x, dword) in x.iter().zip(dwords) {
                     sum = _mm512_dpbusd_epi32(sum, *x, _mm512_set1_epi32(dword));
                 }
-                let scale = _mm512_mul_ps(x_scale, _mm512_set1_ps(w_scales[k]));
+                let (w_scale, w_min) = m.scale_min(k);
+                let scale = _mm512_mul_ps(x_scale, _mm512_set1_ps(w_scale));
                 *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, *acc);
+                if W::OFFSET {
+                    *acc = _mm512_fmadd_ps(x_sum, _mm512_set1_ps(w_min), *acc);
+                }
             }
         }
         for (i, acc) in acc.iter().enumerate() {
@@ -198,7 +284,7 @@ mod vnni {
             // SAFETY: sixteen f32, a whole register, unaligned store.
             unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), *acc) };
             for (t, value) in lanes.iter().take(tokens).enumerate() {
-                out[t * m.rows + first + i] = *value;
+                out[t * rows + first + i] = *value;
             }
         }
     }

@@ -29,7 +29,14 @@ use multiversion::multiversion;
 use rayon::prelude::*;
 
 pub mod attention;
+mod q4;
+#[cfg(target_arch = "x86_64")]
+mod q4_x86;
+#[cfg(target_arch = "x86_64")]
+mod q8_x86;
 mod sentence;
+mod tokens;
+pub use q4::{Q4_1_BYTES, Q4Matrix};
 pub use sentence::dot_i8_rows;
 #[cfg(target_arch = "x86_64")]
 mod int8;
@@ -242,6 +249,36 @@ impl Q8Matrix {
         Ok(())
     }
 
+    /// The product of [`Q8Matrix::matmul`] with the tokens rounded to 8-bit
+    /// blocks (as [`Q8Matrix::product`] rounds them), multiplied block by block in
+    /// integers: generating a token, where `matmul` spent more on widening each
+    /// weight to f32 than on reading it.
+    pub fn product_few(&self, x: &[f32], tokens: usize, out: &mut [f32]) -> Result<(), ShapeError> {
+        check_len(tokens * self.cols, x.len())?;
+        check_len(tokens * self.rows, out.len())?;
+        if tokens == 0 || self.rows == 0 {
+            return Ok(());
+        }
+        let x = tokens::Quantized::of(x);
+        let bpr = self.blocks_per_row();
+        tokens::each_row_and_token(self.rows, tokens, out, |r, t| {
+            let (row, token) = (r * bpr..(r + 1) * bpr, t * bpr..(t + 1) * bpr);
+            self.dot_quantized(row, &x.quants[token.clone()], &x.scales[token])
+        });
+        Ok(())
+    }
+
+    /// The rows' blocks `row` · a token's quantized blocks.
+    fn dot_quantized(&self, row: std::ops::Range<usize>, xq: &[[i8; BLOCK]], xd: &[f32]) -> f32 {
+        let (ws, wq) = (&self.scales[row.clone()], &self.quants[row]);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(dot) = q8_x86::dot() {
+            // SAFETY: `dot` returns a kernel only where the CPU has its features.
+            return unsafe { dot(ws, wq, xq, xd) };
+        }
+        dot_i8_blocks(ws, wq, xq, xd)
+    }
+
     /// The same product as [`Q8Matrix::matmul`] for many tokens: where
     /// [`has_int8_product`], the tokens are quantized to 8 bits in blocks of 32 too
     /// (each value within half a step of its block's largest magnitude over 127)
@@ -259,6 +296,15 @@ impl Q8Matrix {
         }
         self.matmul(x, tokens, out)
     }
+}
+
+/// Runs `work` on one of the kernels' worker threads and waits for it. A product
+/// called from a worker shares its rows with the other worker directly; called
+/// from any other thread, each of the ~120 products a token takes is handed to the
+/// pool while its caller sleeps and is woken again, which cost a measured share
+/// of generation (issue 42). So a whole turn of generation runs through this.
+pub fn on_workers<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| work())
 }
 
 /// Whether [`Q8Matrix::product`] multiplies in 8 bits on this CPU (AVX-512 VNNI);
@@ -343,6 +389,40 @@ fn dot(scales: &[f32], quants: &[[i8; BLOCK]], x: &[[f32; BLOCK]]) -> f32 {
         }
     }
     acc.iter().sum()
+}
+
+/// Blocks of 8-bit weights · blocks of an 8-bit token, in plain Rust compiled for
+/// several targets.
+#[multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+fn dot_i8_blocks(ws: &[f32], wq: &[[i8; BLOCK]], xq: &[[i8; BLOCK]], xd: &[f32]) -> f32 {
+    let mut total = 0f32;
+    for ((ws, wq), (xq, xd)) in ws.iter().zip(wq).zip(xq.iter().zip(xd)) {
+        let sum: i32 = wq
+            .iter()
+            .zip(xq)
+            .map(|(w, x)| i32::from(*w) * i32::from(*x))
+            .sum();
+        total += ws * xd * sum as f32;
+    }
+    total
+}
+
+/// Each kernel this CPU runs for [`Q8Matrix::product_few`]'s rows, the portable one
+/// first: row `row` · token `x`.
+#[cfg(test)]
+fn every_q8_kernel(m: &Q8Matrix, row: usize, x: &[f32]) -> Vec<(&'static str, f32)> {
+    let x = tokens::Quantized::of(x);
+    let bpr = m.blocks_per_row();
+    let at = row * bpr..(row + 1) * bpr;
+    let (ws, wq) = (&m.scales[at.clone()], &m.quants[at]);
+    #[allow(unused_mut)]
+    let mut all = vec![("portable", dot_i8_blocks(ws, wq, &x.quants, &x.scales))];
+    #[cfg(target_arch = "x86_64")]
+    for (name, dot) in q8_x86::all() {
+        // SAFETY: `all` lists only kernels whose features the CPU has.
+        all.push((name, unsafe { dot(ws, wq, &x.quants, &x.scales) }));
+    }
+    all
 }
 
 /// A block's values: its integers times its scale.

@@ -172,6 +172,41 @@ proptest! {
     }
 }
 
+proptest! {
+    #[test]
+    fn a_product_of_a_few_tokens_in_8_bits_is_within_their_rounding_for_any_shape(
+        (rows, cols, tokens, values, x) in case()
+    ) {
+        let m = Q8Matrix::quantize(rows, cols, &values).unwrap();
+        let w = m.dequantize();
+        let mut out = vec![f32::NAN; rows * tokens];
+        m.product_few(&x, tokens, &mut out).unwrap();
+        for t in 0..tokens {
+            for r in 0..rows {
+                let (want, magnitude) = reference(&w, &x, cols, r, t);
+                let bound = token_rounding(&w, &x, cols, r, t) + 1e-5 * magnitude + 1e-6;
+                let got = f64::from(out[t * rows + r]);
+                prop_assert!((got - want).abs() <= bound, "row {r}, token {t}: {got} against {want}, bound {bound}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_8_bit_kernel_the_cpu_runs_gives_the_portable_kernels_product(
+        (rows, cols, _tokens, values, x) in case_in(1..20, 1..20, 1..2)
+    ) {
+        let m = Q8Matrix::quantize(rows, cols, &values).unwrap();
+        for row in 0..rows {
+            let all = every_q8_kernel(&m, row, &x);
+            let (_, portable) = all[0];
+            for (name, got) in &all[1..] {
+                // The same integer sums; only the f32 additions' order differs.
+                prop_assert!((got - portable).abs() <= 1e-4 * (1.0 + portable.abs()), "{name}: {got} against {portable}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_product_of_many_tokens_rounds_them_only_where_the_cpu_multiplies_in_8_bits() {
     // The second value is under half a step of its block, so it rounds to zero.
@@ -400,4 +435,14 @@ mod attention {
         assert!(rope(&mut [0.0; 8], 2, 4, 0, &[1.0; 2], &[0.0; 1], true).is_err());
         assert!(rope(&mut [0.0; 6], 2, 3, 0, &[1.0; 4], &[0.0; 4], true).is_err());
     }
+}
+
+mod q4;
+
+#[test]
+fn work_run_on_the_workers_runs_on_a_pool_thread_and_gives_its_result() {
+    assert_eq!(rayon::current_thread_index(), None);
+    let (index, sum) = on_workers(|| (rayon::current_thread_index(), 2 + 2));
+    assert!(index.is_some(), "ran on the caller's own thread");
+    assert_eq!(sum, 4);
 }

@@ -128,6 +128,10 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     if wants("local") {
         crate::local::figures(quick).await?;
     }
+    #[cfg(feature = "local-model")]
+    if only == Some("local-vs-llamacpp") {
+        crate::local_vs::figures(quick).await?;
+    }
     Ok(())
 }
 

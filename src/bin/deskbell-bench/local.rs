@@ -146,7 +146,7 @@ fn tools(round: usize) -> Vec<Arc<ToolSpec>> {
         .collect()
 }
 
-fn median(values: &mut [f64]) -> f64 {
+pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(0.0)
 }

@@ -16,6 +16,8 @@ mod latency;
 mod load;
 #[cfg(feature = "local-model")]
 mod local;
+#[cfg(feature = "local-model")]
+mod local_vs;
 mod quality;
 mod replicas;
 mod retrieval;
@@ -35,13 +37,19 @@ Options:
   --quick          every figure small, for CI
   --only <figure>  one group: start, ttft, latency, throughput, metrics,
                    confirm, guards, visitors, knowledge, retrieval-quality,
-                   retrieval-speed, console, streams, desk, local, replicas,
-                   quality
+                   retrieval-speed, console, streams, desk, local,
+                   local-vs-llamacpp, replicas, quality
   -h, --help       this text
 
 Environment for the retrieval figures (SPEC §21):
   DESKBELL_RETRIEVAL_SET    a BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv
   DESKBELL_TEST_EMBEDDER    the embedding model (scripts/fetch-test-embedder)
+
+Environment for local-vs-llamacpp (issue 42): DESKBELL_TEST_MODEL (the GGUF file)
+and DESKBELL_LLAMACPP_URL, llama.cpp's llama-server serving the same file with
+as many threads as the machine has cores, for example
+  LLM_PEER_THREADS=2 ../shared/tools/llm-peer/start.sh -d ~/.cache/llm-peer -p 8811
+  DESKBELL_LLAMACPP_URL=http://127.0.0.1:8811 deskbell-bench --only local-vs-llamacpp
 ";
 
 fn main() -> ExitCode {

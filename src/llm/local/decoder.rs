@@ -391,7 +391,9 @@ impl ModelWeights {
             .map(Linear::bytes)
             .sum();
         let tied = matches!((&self.embeddings, &self.output),
-            (Linear::Quantized(a), Linear::Quantized(b)) if Arc::ptr_eq(a, b));
+            (Linear::Quantized(a), Linear::Quantized(b)) if Arc::ptr_eq(a, b))
+            || matches!((&self.embeddings, &self.output),
+            (Linear::Q4(a), Linear::Q4(b)) if Arc::ptr_eq(a, b));
         let output = if tied { 0 } else { self.output.bytes() };
         layers + self.embeddings.bytes() + output
     }

@@ -7,11 +7,12 @@
 //! without end. The worker streams each piece of text as soon as it is decoded and
 //! stops as soon as nobody is left to read it.
 //!
-//! Speed: the weights are held as 8-bit blocks and multiplied by Deskbell's own
-//! kernels (`deskbell-kernels`), which pick AVX-512, AVX2 or NEON at run time
+//! Speed: the weights are held as the file's 4-bit Q4_1 blocks where it has them,
+//! else as 8-bit blocks, and multiplied by Deskbell's own kernels
+//! (`deskbell-kernels`), which pick AVX-512 VNNI, AVX2 or NEON at run time
 //! (candle's quantized kernels are chosen at compile time, so a portable build of
-//! them is scalar); long prompts expand one matrix at a time for candle's f32 GEMM
-//! (`linear.rs`).
+//! them is scalar); long prompts go through the 8-bit product of many tokens, or
+//! expand one matrix at a time for candle's f32 GEMM (`linear.rs`).
 
 mod cache;
 mod chat;
@@ -109,7 +110,9 @@ impl LocalProvider {
                         if worker_stats.panic_next.swap(false, Ordering::Relaxed) {
                             panic!("a panic injected by a test");
                         }
-                        engine.run(&job.request, &job.events);
+                        // On a kernel worker, so each product shares its rows
+                        // without handing itself to the pool.
+                        deskbell_kernels::on_workers(|| engine.run(&job.request, &job.events));
                     }));
                     if ran.is_err() {
                         worker_stats.panics.fetch_add(1, Ordering::Relaxed);
@@ -148,6 +151,64 @@ pub fn logits_after(path: &std::path::Path, steps: &[&[u32]]) -> anyhow::Result<
         position += tokens.len();
     }
     Ok(logits)
+}
+
+/// How fast the decoder alone reads a prompt and generates, as llama.cpp's server
+/// reports its own `timings`: `prompt` read in one step by a model that has read
+/// nothing, then `generate` tokens, each the likeliest (no end is taken as one).
+#[doc(hidden)]
+pub struct DecodeTiming {
+    pub prompt_tokens: usize,
+    pub prompt: std::time::Duration,
+    pub generated: usize,
+    pub generation: std::time::Duration,
+}
+
+/// Loads a model once, for [`decode_timing`].
+#[doc(hidden)]
+pub fn load_for_timing(path: &std::path::Path) -> anyhow::Result<(model::Weights, Vocab)> {
+    let loaded = model::load(path, None)?;
+    Ok((loaded.weights, loaded.vocab))
+}
+
+/// Reads `prompt` with a fresh copy of `weights` and generates `generate` tokens
+/// greedily, timing each half. For the benchmark against llama.cpp only.
+#[doc(hidden)]
+pub fn decode_timing(
+    weights: &model::Weights,
+    vocab: &Vocab,
+    prompt: &str,
+    generate: usize,
+) -> anyhow::Result<DecodeTiming> {
+    deskbell_kernels::on_workers(|| timed(weights, vocab, prompt, generate))
+}
+
+fn timed(
+    weights: &model::Weights,
+    vocab: &Vocab,
+    prompt: &str,
+    generate: usize,
+) -> anyhow::Result<DecodeTiming> {
+    let tokens = vocab.encode(prompt)?;
+    let mut model = weights.fresh();
+    let started = Instant::now();
+    let mut logits = model.forward(&tokens, 0)?;
+    let prompt_time = started.elapsed();
+    let started = Instant::now();
+    for i in 0..generate {
+        let next = logits
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map_or(0, |(id, _)| id as u32);
+        logits = model.forward(&[next], tokens.len() + i)?;
+    }
+    Ok(DecodeTiming {
+        prompt_tokens: tokens.len(),
+        prompt: prompt_time,
+        generated: generate,
+        generation: started.elapsed(),
+    })
 }
 
 /// The logits after each of `branches`, each read by a clone of one model that has
