@@ -32,11 +32,14 @@ pub mod attention;
 mod q4;
 #[cfg(target_arch = "x86_64")]
 mod q4_x86;
+mod q8_few;
 #[cfg(target_arch = "x86_64")]
 mod q8_x86;
 mod sentence;
 mod tokens;
 pub use q4::{Q4_1_BYTES, Q4Matrix};
+#[cfg(test)]
+use q8_few::every_q8_kernel;
 pub use sentence::dot_i8_rows;
 #[cfg(target_arch = "x86_64")]
 mod int8;
@@ -126,16 +129,7 @@ impl Q8Matrix {
     /// The rows of `parts` one after another, as one matrix (fused projections:
     /// one call, and one parallel region, instead of several).
     pub fn stack(parts: &[&Q8Matrix]) -> Result<Self, ShapeError> {
-        let cols = parts.first().map_or(0, |m| m.cols);
-        if let Some(other) = parts.iter().find(|m| m.cols != cols) {
-            return Err(ShapeError::Length {
-                expected: cols,
-                got: other.cols,
-            });
-        }
-        if cols == 0 {
-            return Err(ShapeError::Columns(0));
-        }
+        let cols = stacked_cols(parts.iter().map(|m| m.cols))?;
         Ok(Self {
             rows: parts.iter().map(|m| m.rows).sum(),
             cols,
@@ -172,12 +166,7 @@ impl Q8Matrix {
 
     /// Expands row `row` into `out` (an embedding lookup).
     pub fn row(&self, row: usize, out: &mut [f32]) -> Result<(), ShapeError> {
-        if row >= self.rows {
-            return Err(ShapeError::Row {
-                row,
-                rows: self.rows,
-            });
-        }
+        check_row(row, self.rows)?;
         check_len(self.cols, out.len())?;
         let bpr = self.blocks_per_row();
         let range = row * bpr..(row + 1) * bpr;
@@ -241,42 +230,8 @@ impl Q8Matrix {
             .par_chunks_mut(ROWS_PER_TASK * tokens)
             .enumerate()
             .for_each(task);
-        for (r, values) in by_row.chunks_exact(tokens).enumerate() {
-            for (t, value) in values.iter().enumerate() {
-                out[t * self.rows + r] = *value;
-            }
-        }
+        tokens::token_major(&by_row, self.rows, tokens, out);
         Ok(())
-    }
-
-    /// The product of [`Q8Matrix::matmul`] with the tokens rounded to 8-bit
-    /// blocks (as [`Q8Matrix::product`] rounds them), multiplied block by block in
-    /// integers: generating a token, where `matmul` spent more on widening each
-    /// weight to f32 than on reading it.
-    pub fn product_few(&self, x: &[f32], tokens: usize, out: &mut [f32]) -> Result<(), ShapeError> {
-        check_len(tokens * self.cols, x.len())?;
-        check_len(tokens * self.rows, out.len())?;
-        if tokens == 0 || self.rows == 0 {
-            return Ok(());
-        }
-        let x = tokens::Quantized::of(x);
-        let bpr = self.blocks_per_row();
-        tokens::each_row_and_token(self.rows, tokens, out, |r, t| {
-            let (row, token) = (r * bpr..(r + 1) * bpr, t * bpr..(t + 1) * bpr);
-            self.dot_quantized(row, &x.quants[token.clone()], &x.scales[token])
-        });
-        Ok(())
-    }
-
-    /// The rows' blocks `row` · a token's quantized blocks.
-    fn dot_quantized(&self, row: std::ops::Range<usize>, xq: &[[i8; BLOCK]], xd: &[f32]) -> f32 {
-        let (ws, wq) = (&self.scales[row.clone()], &self.quants[row]);
-        #[cfg(target_arch = "x86_64")]
-        if let Some(dot) = q8_x86::dot() {
-            // SAFETY: `dot` returns a kernel only where the CPU has its features.
-            return unsafe { dot(ws, wq, xq, xd) };
-        }
-        dot_i8_blocks(ws, wq, xq, xd)
     }
 
     /// The same product as [`Q8Matrix::matmul`] for many tokens: where
@@ -318,6 +273,29 @@ pub fn has_int8_product() -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         false
+    }
+}
+
+/// The columns every part of a stack shares: an error if they differ or are none.
+fn stacked_cols(mut cols: impl Iterator<Item = usize>) -> Result<usize, ShapeError> {
+    let first = cols.next().unwrap_or(0);
+    if let Some(other) = cols.find(|c| *c != first) {
+        return Err(ShapeError::Length {
+            expected: first,
+            got: other,
+        });
+    }
+    if first == 0 {
+        return Err(ShapeError::Columns(0));
+    }
+    Ok(first)
+}
+
+fn check_row(row: usize, rows: usize) -> Result<(), ShapeError> {
+    if row < rows {
+        Ok(())
+    } else {
+        Err(ShapeError::Row { row, rows })
     }
 }
 
@@ -389,40 +367,6 @@ fn dot(scales: &[f32], quants: &[[i8; BLOCK]], x: &[[f32; BLOCK]]) -> f32 {
         }
     }
     acc.iter().sum()
-}
-
-/// Blocks of 8-bit weights · blocks of an 8-bit token, in plain Rust compiled for
-/// several targets.
-#[multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
-fn dot_i8_blocks(ws: &[f32], wq: &[[i8; BLOCK]], xq: &[[i8; BLOCK]], xd: &[f32]) -> f32 {
-    let mut total = 0f32;
-    for ((ws, wq), (xq, xd)) in ws.iter().zip(wq).zip(xq.iter().zip(xd)) {
-        let sum: i32 = wq
-            .iter()
-            .zip(xq)
-            .map(|(w, x)| i32::from(*w) * i32::from(*x))
-            .sum();
-        total += ws * xd * sum as f32;
-    }
-    total
-}
-
-/// Each kernel this CPU runs for [`Q8Matrix::product_few`]'s rows, the portable one
-/// first: row `row` · token `x`.
-#[cfg(test)]
-fn every_q8_kernel(m: &Q8Matrix, row: usize, x: &[f32]) -> Vec<(&'static str, f32)> {
-    let x = tokens::Quantized::of(x);
-    let bpr = m.blocks_per_row();
-    let at = row * bpr..(row + 1) * bpr;
-    let (ws, wq) = (&m.scales[at.clone()], &m.quants[at]);
-    #[allow(unused_mut)]
-    let mut all = vec![("portable", dot_i8_blocks(ws, wq, &x.quants, &x.scales))];
-    #[cfg(target_arch = "x86_64")]
-    for (name, dot) in q8_x86::all() {
-        // SAFETY: `all` lists only kernels whose features the CPU has.
-        all.push((name, unsafe { dot(ws, wq, &x.quants, &x.scales) }));
-    }
-    all
 }
 
 /// A block's values: its integers times its scale.

@@ -18,7 +18,7 @@ use half::f16;
 use multiversion::multiversion;
 
 use crate::tokens::{Quantized, each_row_and_token};
-use crate::{BLOCK, ShapeError, check_len};
+use crate::{BLOCK, ShapeError, check_len, check_row, stacked_cols};
 
 /// Bytes of a Q4_1 block in a GGUF file: `d` and `m` as f16, then the nibbles.
 pub const Q4_1_BYTES: usize = 20;
@@ -63,16 +63,7 @@ impl Q4Matrix {
 
     /// The rows of `parts` one after another, as one matrix.
     pub fn stack(parts: &[&Q4Matrix]) -> Result<Self, ShapeError> {
-        let cols = parts.first().map_or(0, |m| m.cols);
-        if let Some(other) = parts.iter().find(|m| m.cols != cols) {
-            return Err(ShapeError::Length {
-                expected: cols,
-                got: other.cols,
-            });
-        }
-        if cols == 0 {
-            return Err(ShapeError::Columns(0));
-        }
+        let cols = stacked_cols(parts.iter().map(|m| m.cols))?;
         let all = |f: fn(&Q4Matrix) -> usize| parts.iter().map(|m| f(m)).sum();
         let mut out = Self {
             rows: all(|m| m.rows),
@@ -118,12 +109,7 @@ impl Q4Matrix {
 
     /// Expands row `row` into `out` (an embedding lookup).
     pub fn row(&self, row: usize, out: &mut [f32]) -> Result<(), ShapeError> {
-        if row >= self.rows {
-            return Err(ShapeError::Row {
-                row,
-                rows: self.rows,
-            });
-        }
+        check_row(row, self.rows)?;
         check_len(self.cols, out.len())?;
         let bpr = self.blocks_per_row();
         for (b, out) in out.chunks_exact_mut(BLOCK).enumerate() {

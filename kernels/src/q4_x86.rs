@@ -18,30 +18,39 @@ pub(crate) type Dot = unsafe fn(&Row<'_>, &[[i8; BLOCK]], &[f32], &[f32]) -> f32
 /// The best kernel this CPU runs, found once; `None` without AVX2, FMA and F16C.
 pub(crate) fn dot() -> Option<Dot> {
     static CHOSEN: OnceLock<Option<Dot>> = OnceLock::new();
-    *CHOSEN.get_or_init(|| {
-        let avx2 = is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c");
-        let vnni = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl");
-        match (avx2, vnni) {
-            (true, true) => Some(dot_vnni as Dot),
-            (true, false) => Some(dot_avx2 as Dot),
-            _ => None,
-        }
-    })
+    *CHOSEN.get_or_init(|| best(dot_vnni as Dot, dot_avx2 as Dot))
 }
 
-/// Every kernel this CPU runs, by name, so tests hold each to the portable one.
+/// `vnni` where the CPU has AVX-512 VNNI, else `avx2` where it has AVX2, FMA and
+/// F16C (every CPU with the first has the second), else none.
+pub(crate) fn best<K>(vnni: K, avx2: K) -> Option<K> {
+    let has_avx2 = is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c");
+    let has_vnni = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl");
+    match (has_avx2, has_vnni) {
+        (true, true) => Some(vnni),
+        (true, false) => Some(avx2),
+        _ => None,
+    }
+}
+
+/// Every kernel of a pair this CPU runs, by name, so tests hold each to the
+/// portable one.
+#[cfg(test)]
+pub(crate) fn runnable<K: Copy>(vnni: K, avx2: K) -> Vec<(&'static str, K)> {
+    let has_vnni = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl");
+    match best((), ()) {
+        Some(()) if has_vnni => vec![("avx2", avx2), ("vnni", vnni)],
+        Some(()) => vec![("avx2", avx2)],
+        None => Vec::new(),
+    }
+}
+
+/// This file's kernels the CPU runs.
 #[cfg(test)]
 pub(crate) fn all() -> Vec<(&'static str, Dot)> {
-    let mut kernels = Vec::new();
-    if dot().is_some() {
-        kernels.push(("avx2", dot_avx2 as Dot));
-    }
-    if matches!(dot(), Some(k) if k as usize == dot_vnni as Dot as usize) {
-        kernels.push(("vnni", dot_vnni as Dot));
-    }
-    kernels
+    runnable(dot_vnni as Dot, dot_avx2 as Dot)
 }
 
 /// One block's 32 weights against the token's block, as eight i32 sums.

@@ -9,36 +9,21 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use crate::BLOCK;
-use crate::q4_x86::totals;
+use crate::q4_x86::{best, totals};
 
 /// A row · token kernel: the row's scales and blocks, then the token's.
 pub(crate) type Dot = unsafe fn(&[f32], &[[i8; BLOCK]], &[[i8; BLOCK]], &[f32]) -> f32;
 
-/// The best kernel this CPU runs, found once; `None` without AVX2 and FMA.
+/// The best kernel this CPU runs, found once (`q4_x86::best`).
 pub(crate) fn dot() -> Option<Dot> {
     static CHOSEN: OnceLock<Option<Dot>> = OnceLock::new();
-    *CHOSEN.get_or_init(|| {
-        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
-        let vnni = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl");
-        match (avx2, vnni) {
-            (true, true) => Some(dot_vnni as Dot),
-            (true, false) => Some(dot_avx2 as Dot),
-            _ => None,
-        }
-    })
+    *CHOSEN.get_or_init(|| best(dot_vnni as Dot, dot_avx2 as Dot))
 }
 
-/// Every kernel this CPU runs, by name, so tests hold each to the portable one.
+/// This file's kernels the CPU runs.
 #[cfg(test)]
 pub(crate) fn all() -> Vec<(&'static str, Dot)> {
-    let mut kernels = Vec::new();
-    if dot().is_some() {
-        kernels.push(("avx2", dot_avx2 as Dot));
-    }
-    if matches!(dot(), Some(k) if k as usize == dot_vnni as Dot as usize) {
-        kernels.push(("vnni", dot_vnni as Dot));
-    }
-    kernels
+    crate::q4_x86::runnable(dot_vnni as Dot, dot_avx2 as Dot)
 }
 
 macro_rules! kernel {

@@ -152,23 +152,37 @@ fn token_rounding(w: &[f32], x: &[f32], cols: usize, r: usize, t: usize) -> f64 
         .sum()
 }
 
+/// Each output is the f64 product of the expanded weights `w` within the tokens'
+/// rounding to 8 bits.
+fn within_rounding(
+    w: &[f32],
+    x: &[f32],
+    (rows, cols, tokens): (usize, usize, usize),
+    out: &[f32],
+) -> Result<(), TestCaseError> {
+    for t in 0..tokens {
+        for r in 0..rows {
+            let (want, magnitude) = reference(w, x, cols, r, t);
+            let bound = token_rounding(w, x, cols, r, t) + 1e-5 * magnitude + 1e-5;
+            let got = f64::from(out[t * rows + r]);
+            prop_assert!(
+                (got - want).abs() <= bound,
+                "row {r}, token {t}: {got} against {want}, bound {bound}"
+            );
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #[test]
     fn a_product_of_many_tokens_is_within_their_rounding_for_any_shape(
         (rows, cols, tokens, values, x) in many_tokens_case()
     ) {
         let m = Q8Matrix::quantize(rows, cols, &values).unwrap();
-        let w = m.dequantize();
         let mut out = vec![f32::NAN; rows * tokens];
         m.product(&x, tokens, &mut out).unwrap();
-        for t in 0..tokens {
-            for r in 0..rows {
-                let (want, magnitude) = reference(&w, &x, cols, r, t);
-                let bound = token_rounding(&w, &x, cols, r, t) + 1e-5 * magnitude + 1e-6;
-                let got = f64::from(out[t * rows + r]);
-                prop_assert!((got - want).abs() <= bound, "row {r}, token {t}: {got} against {want}, bound {bound}");
-            }
-        }
+        within_rounding(&m.dequantize(), &x, (rows, cols, tokens), &out)?;
     }
 }
 
@@ -178,17 +192,9 @@ proptest! {
         (rows, cols, tokens, values, x) in case()
     ) {
         let m = Q8Matrix::quantize(rows, cols, &values).unwrap();
-        let w = m.dequantize();
         let mut out = vec![f32::NAN; rows * tokens];
         m.product_few(&x, tokens, &mut out).unwrap();
-        for t in 0..tokens {
-            for r in 0..rows {
-                let (want, magnitude) = reference(&w, &x, cols, r, t);
-                let bound = token_rounding(&w, &x, cols, r, t) + 1e-5 * magnitude + 1e-6;
-                let got = f64::from(out[t * rows + r]);
-                prop_assert!((got - want).abs() <= bound, "row {r}, token {t}: {got} against {want}, bound {bound}");
-            }
-        }
+        within_rounding(&m.dequantize(), &x, (rows, cols, tokens), &out)?;
     }
 
     #[test]

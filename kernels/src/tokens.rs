@@ -61,6 +61,11 @@ pub(crate) fn each_row_and_token(
         .par_chunks_mut(ROWS_PER_TASK * tokens)
         .enumerate()
         .for_each(task);
+    token_major(&by_row, rows, tokens, out);
+}
+
+/// `by_row` (each row's value for every token) turned token-major into `out`.
+pub(crate) fn token_major(by_row: &[f32], rows: usize, tokens: usize, out: &mut [f32]) {
     for (r, values) in by_row.chunks_exact(tokens).enumerate() {
         for (t, value) in values.iter().enumerate() {
             out[t * rows + r] = *value;

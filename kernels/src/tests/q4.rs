@@ -4,7 +4,7 @@
 use half::f16;
 use proptest::prelude::*;
 
-use super::{reference, token_rounding};
+use super::within_rounding;
 use crate::{BLOCK, Q4_1_BYTES, Q4Matrix, ShapeError};
 
 /// Q4_1 blocks as a GGUF file holds them: `d` and `m` as f16, then the nibbles.
@@ -38,28 +38,6 @@ fn case(
             prop::collection::vec(-4f32..4.0, tokens * cols),
         )
     })
-}
-
-/// Each output is the f64 product of the expanded weights within the tokens'
-/// rounding to 8 bits.
-fn within_rounding(
-    w: &[f32],
-    x: &[f32],
-    (rows, cols, tokens): (usize, usize, usize),
-    out: &[f32],
-) -> Result<(), TestCaseError> {
-    for t in 0..tokens {
-        for r in 0..rows {
-            let (want, magnitude) = reference(w, x, cols, r, t);
-            let bound = token_rounding(w, x, cols, r, t) + 1e-5 * magnitude + 1e-5;
-            let got = f64::from(out[t * rows + r]);
-            prop_assert!(
-                (got - want).abs() <= bound,
-                "row {r}, token {t}: {got} against {want}, bound {bound}"
-            );
-        }
-    }
-    Ok(())
 }
 
 proptest! {

@@ -202,7 +202,12 @@ pub async fn start_on(
         .arg(&path)
         .env("DESKBELL_EMBEDDING", "off")
         .env("BETTER_AUTH_SECRET", SECRET)
-        .env("DESKBELL_LOG", "error")
+        // `BENCH_SERVER_LOG` widens the server's log, for example to
+        // `deskbell::first_token=debug` for the phases of each first token.
+        .env(
+            "DESKBELL_LOG",
+            std::env::var("BENCH_SERVER_LOG").unwrap_or_else(|_| "error".into()),
+        )
         .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

@@ -93,24 +93,18 @@ impl Linear {
     /// The rows of `parts` one after another, as one matrix: in their own layout
     /// where all share one, else expanded and converted to 8-bit blocks.
     pub fn stack(parts: &[&Linear]) -> Result<Self> {
-        let q8: Option<Vec<&Q8Matrix>> = parts
-            .iter()
-            .map(|p| match p {
-                Linear::Quantized(m) => Some(&**m),
-                _ => None,
-            })
-            .collect();
+        let q8 = all_of(parts, |p| match p {
+            Linear::Quantized(m) => Some(&**m),
+            _ => None,
+        });
         if let Some(matrices) = q8 {
             let matrix = Q8Matrix::stack(&matrices).map_err(Error::wrap)?;
             return Ok(Linear::Quantized(Arc::new(matrix)));
         }
-        let q4: Option<Vec<&Q4Matrix>> = parts
-            .iter()
-            .map(|p| match p {
-                Linear::Q4(m) => Some(&**m),
-                _ => None,
-            })
-            .collect();
+        let q4 = all_of(parts, |p| match p {
+            Linear::Q4(m) => Some(&**m),
+            _ => None,
+        });
         if let Some(matrices) = q4 {
             let matrix = Q4Matrix::stack(&matrices).map_err(Error::wrap)?;
             return Ok(Linear::Q4(Arc::new(matrix)));
@@ -156,6 +150,14 @@ impl Linear {
     }
 }
 
+/// Each part's matrix of one layout, if every part has that layout.
+fn all_of<'a, T>(
+    parts: &[&'a Linear],
+    pick: impl Fn(&'a Linear) -> Option<&'a T>,
+) -> Option<Vec<&'a T>> {
+    parts.iter().map(|p| pick(p)).collect()
+}
+
 /// The rows for `ids` of a table of `cols` columns, each expanded by `row`.
 fn rows_of(
     ids: &[u32],
@@ -190,17 +192,7 @@ mod tests {
         assert!(matches!(linear, Linear::Q4(_)));
         let stacked = Linear::stack(&[&linear, &linear]).unwrap();
         assert!(matches!(&stacked, Linear::Q4(m) if m.rows() == 2 * rows));
-        for tokens in [1, 3, BATCH_FROM_TOKENS, 40] {
-            let x = values(tokens * cols, tokens);
-            let ours = linear.apply(&x, tokens).unwrap();
-            let expanded = linear.expanded(&x, tokens).unwrap();
-            let worst = ours
-                .iter()
-                .zip(&expanded)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            assert!(worst < 0.05, "{tokens} tokens: differ by {worst}");
-        }
+        agrees_with_expanded(&linear, cols, &[1, 3, BATCH_FROM_TOKENS, 40]);
     }
 
     /// Every strategy gives the same product within the rounding of the tokens to
@@ -211,7 +203,19 @@ mod tests {
         let weights = Tensor::from_vec(values(rows * cols, 1), (rows, cols), &Device::Cpu).unwrap();
         let linear = Linear::from_tensor(weights).unwrap();
         assert!(matches!(linear, Linear::Quantized(_)));
-        for tokens in [1, BATCH_FROM_TOKENS - 1, BATCH_FROM_TOKENS, 40] {
+        agrees_with_expanded(
+            &linear,
+            cols,
+            &[1, BATCH_FROM_TOKENS - 1, BATCH_FROM_TOKENS, 40],
+        );
+    }
+
+    /// `linear`'s product of each number of tokens is its expanded weights' within
+    /// the tokens' rounding to 8 bits: rounding 96 values within ±1 moves a
+    /// product with weights within ±1 by at most 96 × 0.5 / 127; in practice far
+    /// less.
+    fn agrees_with_expanded(linear: &Linear, cols: usize, counts: &[usize]) {
+        for &tokens in counts {
             let x = values(tokens * cols, tokens);
             let ours = linear.apply(&x, tokens).unwrap();
             let expanded = linear.expanded(&x, tokens).unwrap();
@@ -220,8 +224,6 @@ mod tests {
                 .zip(&expanded)
                 .map(|(a, b)| (a - b).abs())
                 .fold(0f32, f32::max);
-            // Rounding 96 values within ±1 to 8 bits moves a product with weights
-            // within ±1 by at most 96 × 0.5 / 127; in practice far less.
             assert!(worst < 0.05, "{tokens} tokens: differ by {worst}");
         }
     }
