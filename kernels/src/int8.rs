@@ -1,5 +1,5 @@
-//! A product of 8-bit weights by many tokens with 8-bit activations, for reading a
-//! prompt on CPUs with AVX-512 VNNI.
+//! A product of 8-bit or 4-bit weights ([`PanelWeights`]) by many tokens with 8-bit
+//! activations, for reading a prompt on CPUs with AVX-512 VNNI.
 //!
 //! Without it a long step expands each matrix to f32 (four bytes written for every
 //! weight) and hands it to an f32 GEMM. Here the tokens are quantized instead, to
@@ -11,11 +11,13 @@
 //! A panel's block is eight registers; register `g` holds bytes `4g..4g + 4` of
 //! each token's block, so one `vpdpbusd` against a weight row's dword `g`
 //! (broadcast to every lane) adds four products to each token's sum. The weights
-//! keep the layout of [`Q8Matrix`]: nothing is copied or repacked.
+//! keep their own layout: 8-bit rows are read as they are, and a 4-bit block's
+//! nibbles are split into its eight dwords as it is read.
 //!
 //! `vpdpbusd` multiplies unsigned bytes by signed ones, so a token's values are
 //! stored plus 128, and each block's sum takes back 128 × the sum of the weights'
-//! block, which [`Q8Matrix`] keeps for this.
+//! block, which both layouts keep for this. A 4-bit block's offset `m` adds `m`
+//! times the token's block sum.
 
 use rayon::prelude::*;
 

@@ -1,6 +1,8 @@
 //! The embedded model's quantized matrix kernels.
 //!
-//! A weight matrix is kept as 8-bit integers in blocks of 32 along each row, each
+//! A matrix a GGUF file holds as Q4_1 keeps that 4-bit layout ([`Q4Matrix`],
+//! `q4.rs`); every other one is kept as 8-bit integers, as follows. A weight
+//! matrix is kept as 8-bit integers in blocks of 32 along each row, each
 //! block with its own f32 scale (GGML's Q8_0 layout, but with an f32 scale) and
 //! the sum of its integers (for the 8-bit product): 1.1875 bytes a weight, against
 //! 4 for f32. Generating a token multiplies every weight
@@ -11,13 +13,19 @@
 //! the caller does better to expand one matrix at a time with
 //! [`Q8Matrix::dequantize`] for a tuned f32 GEMM ([`has_int8_product`] tells which).
 //!
+//! A generated token is rounded to 8-bit blocks too and multiplied block by block
+//! in integers, for both layouts (`q8_few.rs`, `q4.rs`; the x86 kernels in
+//! `q8_x86.rs` and `q4_x86.rs`, chosen at run time between AVX-512 VNNI and AVX2,
+//! with a plain-Rust loop elsewhere).
+//!
 //! Every other loop here is plain safe Rust written so the compiler vectorises it,
-//! and each is compiled several times (AVX-512, AVX2 with FMA, NEON and the
+//! and each is compiled several times (AVX-512 or AVX2 with FMA, NEON and the
 //! baseline) by `multiversion`, which picks the best the CPU has when first called.
 //! That is the point of this crate: candle chooses its quantized kernels at compile
 //! time, so a portable build of it multiplies quantized weights with scalar code.
-//! The 8-bit product is written with intrinsics because no plain loop compiles to
-//! `vpdpbusd` against a broadcast operand; it too is chosen at run time.
+//! The 8-bit products are written with intrinsics because no plain loop compiles
+//! to `vpdpbusd` against a broadcast operand, nor to a reduction of eight blocks
+//! at once; they too are chosen at run time.
 //!
 //! It is its own crate so that it is optimised even in debug builds: the test
 //! suite runs a real model through these loops.
@@ -71,6 +79,8 @@ pub enum ShapeError {
     /// Attention heads that do not fit: none, key heads that do not divide the
     /// query heads, or an odd head size.
     Heads,
+    /// More weights than memory can address.
+    TooLarge { rows: usize, cols: usize },
 }
 
 impl fmt::Display for ShapeError {
@@ -87,6 +97,9 @@ impl fmt::Display for ShapeError {
                 write!(f, "row {row} is past the matrix's {rows} rows")
             }
             ShapeError::Heads => write!(f, "the attention heads do not fit the buffers"),
+            ShapeError::TooLarge { rows, cols } => {
+                write!(f, "a matrix of {rows} × {cols} weights is too large")
+            }
         }
     }
 }
@@ -112,7 +125,7 @@ impl Q8Matrix {
         if cols == 0 || !cols.is_multiple_of(BLOCK) {
             return Err(ShapeError::Columns(cols));
         }
-        check_len(rows * cols, values.len())?;
+        check_len(weights(rows, cols)?, values.len())?;
         let (blocks, _) = values.as_chunks::<BLOCK>();
         let (scales, quants): (Vec<f32>, Vec<[i8; BLOCK]>) =
             blocks.par_iter().map(quantize_block).unzip();
@@ -289,6 +302,12 @@ fn stacked_cols(mut cols: impl Iterator<Item = usize>) -> Result<usize, ShapeErr
         return Err(ShapeError::Columns(0));
     }
     Ok(first)
+}
+
+/// `rows × cols`, or an error where a file's shape would overflow it.
+fn weights(rows: usize, cols: usize) -> Result<usize, ShapeError> {
+    rows.checked_mul(cols)
+        .ok_or(ShapeError::TooLarge { rows, cols })
 }
 
 fn check_row(row: usize, rows: usize) -> Result<(), ShapeError> {

@@ -1,9 +1,11 @@
 //! A matrix kept in GGML's 4-bit Q4_1 layout, as a GGUF file holds it.
 //!
-//! Generating a token multiplies every weight once, so it is bound by the bytes
-//! read from memory: a model whose layers come as Q4_1 reads 0.625 bytes a weight
-//! here, where re-quantizing it to [`crate::Q8Matrix`] read 1.1875 (llama.cpp reads
-//! the file's own layout, and generated ~1.5× faster for that reason alone). A
+//! Generating a token multiplies every weight once, so the bytes read per token
+//! set a floor on its time: a model whose layers come as Q4_1 reads 0.625 bytes a
+//! weight here, where re-quantizing it to [`crate::Q8Matrix`] read 1.125 (the
+//! integers and the scales; llama.cpp reads the file's own layout). Fewer bytes
+//! alone did not make generation faster: the kernels (`q4_x86.rs`) had to stop
+//! waiting on their own chain of multiply-adds too (BENCHMARKS.md, issue 42). A
 //! block is 32 weights `d × q + m`, `q` in 0..16: sixteen bytes of nibbles (byte
 //! `j` holds weight `j` low and weight `j + 16` high) and two f16 numbers, kept in
 //! three separate arrays so the one-token loop reads only what it needs.
@@ -16,9 +18,10 @@
 
 use half::f16;
 use multiversion::multiversion;
+use rayon::prelude::*;
 
 use crate::tokens::{Quantized, each_row_and_token};
-use crate::{BLOCK, ShapeError, check_len, check_row, stacked_cols};
+use crate::{BLOCK, BLOCKS_PER_TASK, ShapeError, check_len, check_row, stacked_cols, weights};
 
 /// Bytes of a Q4_1 block in a GGUF file: `d` and `m` as f16, then the nibbles.
 pub const Q4_1_BYTES: usize = 20;
@@ -43,7 +46,11 @@ impl Q4Matrix {
         if cols == 0 || !cols.is_multiple_of(BLOCK) {
             return Err(ShapeError::Columns(cols));
         }
-        check_len(rows * cols / BLOCK * Q4_1_BYTES, bytes.len())?;
+        let blocks = weights(rows, cols)? / BLOCK;
+        let size = blocks
+            .checked_mul(Q4_1_BYTES)
+            .ok_or(ShapeError::TooLarge { rows, cols })?;
+        check_len(size, bytes.len())?;
         let (blocks, _) = bytes.as_chunks::<Q4_1_BYTES>();
         let bits = |b: &[u8; Q4_1_BYTES], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
         let quants: Vec<[u8; BLOCK / 2]> = blocks
@@ -122,13 +129,19 @@ impl Q4Matrix {
         Ok(())
     }
 
-    /// The whole matrix expanded to f32, row after row.
+    /// The whole matrix expanded to f32, row after row, over the worker threads:
+    /// a CPU without AVX-512 VNNI does this for each matrix of each prompt step.
     pub fn dequantize(&self) -> Vec<f32> {
-        let mut out = Vec::with_capacity(self.rows * self.cols);
-        for (k, q) in self.quants.iter().enumerate() {
-            let (d, m) = self.scale_min(k);
-            out.extend(nibbles(q).map(|q| d * f32::from(q) + m));
-        }
+        let mut out = vec![0f32; self.rows * self.cols];
+        out.par_chunks_mut(BLOCK)
+            .with_min_len(BLOCKS_PER_TASK)
+            .enumerate()
+            .for_each(|(k, out)| {
+                let (d, m) = self.scale_min(k);
+                for (out, q) in out.iter_mut().zip(nibbles(&self.quants[k])) {
+                    *out = d * f32::from(q) + m;
+                }
+            });
         out
     }
 

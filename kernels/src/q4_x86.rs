@@ -27,7 +27,7 @@ pub(crate) fn best<K>(vnni: K, avx2: K) -> Option<K> {
     let has_avx2 = is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c");
-    let has_vnni = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl");
+    let has_vnni = has_vnni();
     match (has_avx2, has_vnni) {
         (true, true) => Some(vnni),
         (true, false) => Some(avx2),
@@ -35,13 +35,19 @@ pub(crate) fn best<K>(vnni: K, avx2: K) -> Option<K> {
     }
 }
 
+/// Whether the CPU has what the VNNI kernels are compiled for.
+fn has_vnni() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
 /// Every kernel of a pair this CPU runs, by name, so tests hold each to the
 /// portable one.
 #[cfg(test)]
 pub(crate) fn runnable<K: Copy>(vnni: K, avx2: K) -> Vec<(&'static str, K)> {
-    let has_vnni = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl");
     match best((), ()) {
-        Some(()) if has_vnni => vec![("avx2", avx2), ("vnni", vnni)],
+        Some(()) if has_vnni() => vec![("avx2", avx2), ("vnni", vnni)],
         Some(()) => vec![("avx2", avx2)],
         None => Vec::new(),
     }

@@ -257,6 +257,11 @@ fn a_token_that_is_not_a_number_gives_no_number_and_a_block_of_zeros_gives_zero(
     // quantized: never a finite number either way.
     assert!(!out[2].is_finite(), "{out:?}");
     assert!(out[3..].iter().all(|v| *v == 0.0), "{out:?}");
+    // The same tokens one at a time, as a generated token is multiplied.
+    m.product_few(&x, 8, &mut out).unwrap();
+    assert!((out[0] - ones).abs() < 1e-3, "{} against {ones}", out[0]);
+    assert!(out[1].is_nan() && out[2].is_nan(), "{out:?}");
+    assert!(out[3..].iter().all(|v| *v == 0.0), "{out:?}");
 }
 
 #[test]

@@ -26,6 +26,14 @@ impl Quantized {
             sums: Vec::with_capacity(blocks.len()),
         };
         for block in blocks {
+            // A value that is not a finite number makes the token's products not
+            // a number, as an f32 product would, rather than a quiet zero.
+            if !block.iter().all(|v| v.is_finite()) {
+                out.quants.push([0; BLOCK]);
+                out.scales.push(f32::NAN);
+                out.sums.push(f32::NAN);
+                continue;
+            }
             let (scale, q) = quantize_block(block);
             let sum: i32 = q.iter().map(|v| i32::from(*v)).sum();
             out.quants.push(q);

@@ -125,6 +125,13 @@ fn a_4_bit_matrix_that_does_not_fit_its_bytes_or_blocks_is_refused() {
             got: Q4_1_BYTES
         })
     );
+    assert_eq!(
+        Q4Matrix::from_q4_1(usize::MAX / 2, 64, &[]),
+        Err(ShapeError::TooLarge {
+            rows: usize::MAX / 2,
+            cols: 64
+        })
+    );
     let m = Q4Matrix::from_q4_1(1, BLOCK, &[0; Q4_1_BYTES]).unwrap();
     let mut out = [0f32; 1];
     assert_eq!(
@@ -133,4 +140,17 @@ fn a_4_bit_matrix_that_does_not_fit_its_bytes_or_blocks_is_refused() {
     );
     assert!(m.matmul(&[0.0; BLOCK - 1], 1, &mut out).is_err());
     assert!(m.product(&[0.0; BLOCK], 2, &mut out).is_err());
+}
+
+#[test]
+fn a_token_that_is_not_a_number_gives_no_number_through_a_4_bit_row() {
+    let mut bytes = f16::from_f32(1.0).to_bits().to_le_bytes().to_vec();
+    bytes.extend(f16::from_f32(0.0).to_bits().to_le_bytes());
+    bytes.extend([0x11; BLOCK / 2]);
+    let m = Q4Matrix::from_q4_1(1, BLOCK, &bytes).unwrap();
+    let mut x = vec![1f32; BLOCK];
+    x[3] = f32::NAN;
+    let mut out = [0f32; 1];
+    m.matmul(&x, 1, &mut out).unwrap();
+    assert!(out[0].is_nan(), "{out:?}");
 }

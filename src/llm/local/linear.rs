@@ -1,9 +1,10 @@
 //! The model's weight matrices on Deskbell's own kernels (`deskbell-kernels`).
 //!
 //! A matrix the file holds as Q4_1 (most layers of a 4-bit GGUF) stays in that
-//! layout, so generating a token reads 0.625 bytes a weight, not 1.1875; every
-//! other matrix is converted at load to 8-bit blocks. A step that reads a few tokens (generating, or the end of a prompt whose
-//! prefix is cached) multiplies the 8-bit weights directly, with SIMD picked at
+//! layout, so generating a token reads 0.625 bytes a weight, not 1.125; every
+//! other matrix is converted at load to 8-bit blocks. A step that reads a few
+//! tokens (generating, or the end of a prompt whose prefix is cached) rounds them
+//! to 8-bit blocks and multiplies block by block in integers, with SIMD picked at
 //! run time. A step that reads many tokens (a prompt) quantizes the tokens to 8
 //! bits too and multiplies in integers where the CPU has AVX-512 VNNI; elsewhere it
 //! expands one matrix at a time to f32 and lets candle's GEMM multiply, which is

@@ -106,13 +106,17 @@ impl LocalProvider {
                     }
                     // A panic in generation (a bug, a model file candle mishandles)
                     // fails that turn only: the worker lives on for the next one.
+                    // The turn runs on a kernel worker, so each product shares its
+                    // rows without handing itself to the pool; a panic there comes
+                    // back to this thread (where the test's injected one starts).
+                    let inject = worker_stats.panic_next.swap(false, Ordering::Relaxed);
                     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        if worker_stats.panic_next.swap(false, Ordering::Relaxed) {
-                            panic!("a panic injected by a test");
-                        }
-                        // On a kernel worker, so each product shares its rows
-                        // without handing itself to the pool.
-                        deskbell_kernels::on_workers(|| engine.run(&job.request, &job.events));
+                        deskbell_kernels::on_workers(|| {
+                            if inject {
+                                panic!("a panic injected by a test");
+                            }
+                            engine.run(&job.request, &job.events);
+                        });
                     }));
                     if ran.is_err() {
                         worker_stats.panics.fetch_add(1, Ordering::Relaxed);
