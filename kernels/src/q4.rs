@@ -148,7 +148,7 @@ impl Q4Matrix {
     /// `tokens` vectors (`x`, `cols` values each) times the matrix, the tokens
     /// rounded to 8-bit blocks: `out[t * rows + r]` is row `r` · vector `t`. Each
     /// row is read once for all the vectors, so this suits a few tokens.
-    pub fn matmul(&self, x: &[f32], tokens: usize, out: &mut [f32]) -> Result<(), ShapeError> {
+    pub fn product_few(&self, x: &[f32], tokens: usize, out: &mut [f32]) -> Result<(), ShapeError> {
         check_len(tokens * self.cols, x.len())?;
         check_len(tokens * self.rows, out.len())?;
         if tokens == 0 || self.rows == 0 {
@@ -168,8 +168,8 @@ impl Q4Matrix {
         Ok(())
     }
 
-    /// The same product as [`Q4Matrix::matmul`] for many tokens: the 8-bit panel
-    /// product where [`crate::has_int8_product`], elsewhere `matmul`.
+    /// The same product as [`Q4Matrix::product_few`] for many tokens: the 8-bit panel
+    /// product where [`crate::has_int8_product`], elsewhere `product_few`.
     pub fn product(&self, x: &[f32], tokens: usize, out: &mut [f32]) -> Result<(), ShapeError> {
         check_len(tokens * self.cols, x.len())?;
         check_len(tokens * self.rows, out.len())?;
@@ -181,7 +181,7 @@ impl Q4Matrix {
             }
             return Ok(());
         }
-        self.matmul(x, tokens, out)
+        self.product_few(x, tokens, out)
     }
 }
 

@@ -65,7 +65,7 @@ proptest! {
     ) {
         let m = Q4Matrix::from_q4_1(rows, cols, &bytes).unwrap();
         let mut out = vec![f32::NAN; rows * tokens];
-        m.matmul(&x, tokens, &mut out).unwrap();
+        m.product_few(&x, tokens, &mut out).unwrap();
         within_rounding(&m.dequantize(), &x, (rows, cols, tokens), &out)?;
     }
 
@@ -138,7 +138,7 @@ fn a_4_bit_matrix_that_does_not_fit_its_bytes_or_blocks_is_refused() {
         m.row(1, &mut [0f32; BLOCK]),
         Err(ShapeError::Row { row: 1, rows: 1 })
     );
-    assert!(m.matmul(&[0.0; BLOCK - 1], 1, &mut out).is_err());
+    assert!(m.product_few(&[0.0; BLOCK - 1], 1, &mut out).is_err());
     assert!(m.product(&[0.0; BLOCK], 2, &mut out).is_err());
 }
 
@@ -151,6 +151,6 @@ fn a_token_that_is_not_a_number_gives_no_number_through_a_4_bit_row() {
     let mut x = vec![1f32; BLOCK];
     x[3] = f32::NAN;
     let mut out = [0f32; 1];
-    m.matmul(&x, 1, &mut out).unwrap();
+    m.product_few(&x, 1, &mut out).unwrap();
     assert!(out[0].is_nan(), "{out:?}");
 }

@@ -127,16 +127,16 @@ impl Linear {
     /// `x` holds `tokens` vectors of the matrix's width; returns `tokens × rows`.
     pub fn apply(&self, x: &[f32], tokens: usize) -> Result<Vec<f32>> {
         let few = tokens < BATCH_FROM_TOKENS;
-        if matches!(self, Linear::Dense(_)) || !few && !deskbell_kernels::has_int8_product() {
+        if !few && !deskbell_kernels::has_int8_product() {
             return self.expanded(x, tokens);
         }
         let mut out = vec![0f32; tokens * self.rows()];
         let done = match (self, few) {
+            (Linear::Dense(_), _) => return self.expanded(x, tokens),
             (Linear::Quantized(m), true) => m.product_few(x, tokens, &mut out),
             (Linear::Quantized(m), false) => m.product(x, tokens, &mut out),
-            (Linear::Q4(m), true) => m.matmul(x, tokens, &mut out),
+            (Linear::Q4(m), true) => m.product_few(x, tokens, &mut out),
             (Linear::Q4(m), false) => m.product(x, tokens, &mut out),
-            (Linear::Dense(_), _) => return self.expanded(x, tokens),
         };
         done.map_err(Error::wrap)?;
         Ok(out)
