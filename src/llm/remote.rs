@@ -56,6 +56,10 @@ pub fn json<T: Serialize>(body: &T) -> Result<Bytes, ProviderError> {
         .map_err(|e| ProviderError::Protocol(format!("the request could not be written: {e}")))
 }
 
+/// The HTTP/2 connection window asked of a model server, and so h2's budget for
+/// unread small frames (half of it).
+const H2_CONNECTION_WINDOW: u32 = 64 * 1024 * 1024;
+
 /// The client for a model server: its connect timeout, no redirects (a key
 /// must not follow one), and h2c when `http2` asks for it on `http://`.
 pub fn client(config: &LlmConfig) -> anyhow::Result<reqwest::Client> {
@@ -65,6 +69,13 @@ pub fn client(config: &LlmConfig) -> anyhow::Result<reqwest::Client> {
     if config.http2 && config.base_url.starts_with("http://") {
         http = http.http2_prior_knowledge();
     }
+    // h2 closes a connection (GOAWAY ENHANCE_YOUR_CALM "too_many_data_frames")
+    // once the small DATA frames it holds unread cost more than half the
+    // connection's window. Every streamed token is such a frame, and thousands of
+    // turns on one HTTP/2 connection leave thousands unread while the process is
+    // busy: with hyper's 5 MiB window, 10,000 turns were cut off (BENCHMARKS.md,
+    // issue 42). The window is a ceiling, not memory held.
+    http = http.http2_initial_connection_window_size(H2_CONNECTION_WINDOW);
     Ok(http.build()?)
 }
 
@@ -97,4 +108,57 @@ fn without_url(e: &reqwest::Error) -> String {
         text = text.replace(url.as_str(), "<provider>");
     }
     text
+}
+
+#[cfg(all(test, feature = "testkit"))]
+mod tests {
+    use futures_util::StreamExt;
+
+    use super::*;
+
+    /// Many turns on one HTTP/2 connection, each sent a stream of small frames
+    /// (as a model streams tokens) that nobody reads for a while: the client must
+    /// keep the connection. With hyper's own window h2's budget for unread small
+    /// frames ran out and it closed the connection, failing every stream on it.
+    #[tokio::test]
+    async fn small_frames_left_unread_on_many_streams_do_not_close_the_connection() {
+        const STREAMS: usize = 400;
+        const CHUNKS: usize = 40;
+        let router = axum::Router::new().route(
+            "/",
+            axum::routing::post(|| async {
+                let chunks = futures_util::stream::iter(
+                    (0..CHUNKS)
+                        .map(|_| Ok::<_, std::io::Error>(Bytes::from_static(b"data: x\n\n"))),
+                )
+                .then(|c| async {
+                    // One frame a chunk: each chunk is sent before the next.
+                    tokio::task::yield_now().await;
+                    c
+                });
+                axum::body::Body::from_stream(chunks)
+            }),
+        );
+        let base = crate::testkit::serve_on_loopback(router).await.unwrap();
+        let config = LlmConfig {
+            base_url: base.clone(),
+            http2: true,
+            ..LlmConfig::default()
+        };
+        let http = client(&config).unwrap();
+        let responses = futures_util::future::join_all(
+            (0..STREAMS).map(|_| http.post(&base).body("{}").send()),
+        )
+        .await;
+        // Let the server send every chunk while none is read.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut whole = 0;
+        for response in responses {
+            let body = response.unwrap().bytes().await;
+            if body.is_ok_and(|b| b.len() == CHUNKS * 9) {
+                whole += 1;
+            }
+        }
+        assert_eq!(whole, STREAMS, "streams cut off");
+    }
 }

@@ -27,7 +27,13 @@ pub async fn serve_on_loopback(router: axum::Router) -> std::io::Result<String> 
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let mut builder = Builder::new(TokioExecutor::new());
-    builder.http2().max_concurrent_streams(None);
+    // A large connection window, as hosted model servers give, so that the
+    // request bodies of thousands of turns at once are not cut into small frames
+    // that h2 counts against its budget (as the client does in `llm/remote.rs`).
+    builder
+        .http2()
+        .max_concurrent_streams(None)
+        .initial_connection_window_size(64 * 1024 * 1024);
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {

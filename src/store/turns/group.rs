@@ -149,7 +149,17 @@ type EndOutcome = Result<(), StoreError>;
 /// batch committed although the commit was reported failed) is not written
 /// twice, and an end already saved under its fence counts as saved.
 async fn commit(writer: &sqlx::AnyPool, batch: Vec<Job>, ambiguous: &AtomicUsize) {
-    let written = together(writer, &batch).await.and_then(|written| {
+    let began = std::time::Instant::now();
+    let written = together(writer, &batch).await;
+    // How large the batches are and how long each took: what an operator needs
+    // to tell a slow disk from a busy writer when turns start late.
+    tracing::debug!(
+        jobs = batch.len(),
+        us = began.elapsed().as_micros() as u64,
+        ok = written.is_ok(),
+        "group commit"
+    );
+    let written = written.and_then(|written| {
         let reported_failed = ambiguous
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .is_ok();
