@@ -13,6 +13,8 @@ pub mod chunks;
 pub mod local;
 pub(crate) mod openai;
 mod remote;
+#[cfg(feature = "testkit")]
+pub(crate) use remote::H2_CONNECTION_WINDOW;
 mod retry;
 pub mod sse;
 

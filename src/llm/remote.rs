@@ -56,9 +56,10 @@ pub fn json<T: Serialize>(body: &T) -> Result<Bytes, ProviderError> {
         .map_err(|e| ProviderError::Protocol(format!("the request could not be written: {e}")))
 }
 
-/// The HTTP/2 connection window asked of a model server, and so h2's budget for
-/// unread small frames (half of it).
-const H2_CONNECTION_WINDOW: u32 = 64 * 1024 * 1024;
+/// The HTTP/2 connection window offered to a model server (how much it may send
+/// ahead of what is read), and so h2's budget for unread small frames, half of
+/// it. The test stand-in's server offers the same for request bodies.
+pub(crate) const H2_CONNECTION_WINDOW: u32 = 64 * 1024 * 1024;
 
 /// The client for a model server: its connect timeout, no redirects (a key
 /// must not follow one), and h2c when `http2` asks for it on `http://`.
@@ -112,8 +113,6 @@ fn without_url(e: &reqwest::Error) -> String {
 
 #[cfg(all(test, feature = "testkit"))]
 mod tests {
-    use futures_util::StreamExt;
-
     use super::*;
 
     /// Many turns on one HTTP/2 connection, each sent a stream of small frames
@@ -127,15 +126,11 @@ mod tests {
         let router = axum::Router::new().route(
             "/",
             axum::routing::post(|| async {
+                // Each chunk goes out as a DATA frame of its own.
                 let chunks = futures_util::stream::iter(
                     (0..CHUNKS)
                         .map(|_| Ok::<_, std::io::Error>(Bytes::from_static(b"data: x\n\n"))),
-                )
-                .then(|c| async {
-                    // One frame a chunk: each chunk is sent before the next.
-                    tokio::task::yield_now().await;
-                    c
-                });
+                );
                 axum::body::Body::from_stream(chunks)
             }),
         );

@@ -29,11 +29,11 @@ pub async fn serve_on_loopback(router: axum::Router) -> std::io::Result<String> 
     let mut builder = Builder::new(TokioExecutor::new());
     // A large connection window, as hosted model servers give, so that the
     // request bodies of thousands of turns at once are not cut into small frames
-    // that h2 counts against its budget (as the client does in `llm/remote.rs`).
+    // that h2 counts against its budget (the client's reason, `llm/remote.rs`).
     builder
         .http2()
         .max_concurrent_streams(None)
-        .initial_connection_window_size(64 * 1024 * 1024);
+        .initial_connection_window_size(crate::llm::H2_CONNECTION_WINDOW);
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
