@@ -44,6 +44,8 @@ mod q8_few;
 #[cfg(target_arch = "x86_64")]
 mod q8_x86;
 mod sentence;
+#[cfg(target_arch = "x86_64")]
+mod sentence_x86;
 mod tokens;
 pub use q4::{Q4_1_BYTES, Q4Matrix};
 #[cfg(test)]

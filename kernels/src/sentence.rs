@@ -33,13 +33,14 @@ impl Q8Matrix {
                 let first = chunk * ROWS_PER_TASK;
                 let rows = out.len() / tokens;
                 let blocks = first * bpr..(first + rows) * bpr;
-                expanded_rows(
-                    &self.scales[blocks.clone()],
-                    &self.quants[blocks],
-                    bpr,
-                    x,
-                    out,
-                );
+                let (scales, quants) = (&self.scales[blocks.clone()], &self.quants[blocks]);
+                #[cfg(target_arch = "x86_64")]
+                if let Some(kernel) = super::sentence_x86::expanded_rows() {
+                    // SAFETY: `expanded_rows` chose a kernel this CPU runs.
+                    unsafe { kernel(scales, quants, bpr, x, out) };
+                    return;
+                }
+                expanded_rows(scales, quants, bpr, x, out);
             });
         for (r, values) in by_row.chunks_exact(tokens).enumerate() {
             for (t, value) in values.iter().enumerate() {
@@ -57,7 +58,13 @@ impl Q8Matrix {
     "x86_64+avx2+fma",
     "aarch64+neon"
 ))]
-fn expanded_rows(scales: &[f32], quants: &[[i8; BLOCK]], bpr: usize, x: &[f32], out: &mut [f32]) {
+pub(crate) fn expanded_rows(
+    scales: &[f32],
+    quants: &[[i8; BLOCK]],
+    bpr: usize,
+    x: &[f32],
+    out: &mut [f32],
+) {
     let cols = bpr * BLOCK;
     let tokens = x.len() / cols;
     let mut row = vec![0f32; cols];
@@ -66,13 +73,20 @@ fn expanded_rows(scales: &[f32], quants: &[[i8; BLOCK]], bpr: usize, x: &[f32], 
         .zip(quants.chunks_exact(bpr))
         .zip(out.chunks_exact_mut(tokens))
     {
-        for ((values, q), scale) in row.chunks_exact_mut(BLOCK).zip(quants).zip(scales) {
-            for (v, q) in values.iter_mut().zip(q) {
-                *v = f32::from(*q) * scale;
-            }
-        }
+        expand_blocks(scales, quants, &mut row);
         for (x, out) in x.chunks_exact(cols).zip(out) {
             *out = dot_f32(&row, x);
+        }
+    }
+}
+
+/// Blocks of 8-bit weights expanded to f32 into `out`, one after another; inlined
+/// into each caller, so it is compiled with the caller's target features.
+#[inline(always)]
+pub(crate) fn expand_blocks(scales: &[f32], quants: &[[i8; BLOCK]], out: &mut [f32]) {
+    for ((values, q), scale) in out.chunks_exact_mut(BLOCK).zip(quants).zip(scales) {
+        for (v, q) in values.iter_mut().zip(q) {
+            *v = f32::from(*q) * scale;
         }
     }
 }

@@ -111,6 +111,10 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     if wants("retrieval-speed") {
         crate::retrieval_speed::figures(quick).await?;
     }
+    // Minutes of embedding: only when asked for by name.
+    if only == Some("retrieval-ingest") {
+        crate::retrieval_speed::ingest(quick).await?;
+    }
     if wants("console") {
         crate::console::figures(quick).await?;
     }

@@ -37,7 +37,8 @@ Options:
   --quick          every figure small, for CI
   --only <figure>  one group: start, ttft, latency, throughput, metrics,
                    confirm, guards, visitors, knowledge, retrieval-quality,
-                   retrieval-speed, console, streams, desk, local,
+                   retrieval-speed, retrieval-ingest, console, streams,
+                   desk, local,
                    local-vs-llamacpp, replicas, quality
   -h, --help       this text
 

@@ -81,7 +81,10 @@ impl Embedder {
             .map_err(|e| anyhow::anyhow!("cannot tokenise: {e}"))?;
         let ids = encoding.get_ids();
         if ids.len() <= super::short::SHORT_TOKENS {
-            return self.short.embed(ids);
+            // On a kernel worker, each of the question's 24 products shares its
+            // rows with the other worker directly instead of being handed to the
+            // pool while this thread sleeps (as for the chat model, issue 42).
+            return deskbell_kernels::on_workers(|| self.short.embed(ids));
         }
         self.embed(&[text])?
             .pop()
