@@ -37,6 +37,7 @@ use multiversion::multiversion;
 use rayon::prelude::*;
 
 pub mod attention;
+pub mod dense;
 mod q4;
 #[cfg(target_arch = "x86_64")]
 mod q4_x86;
@@ -83,6 +84,12 @@ pub enum ShapeError {
     Heads,
     /// More weights than memory can address.
     TooLarge { rows: usize, cols: usize },
+    /// Matrices whose shapes do not multiply into the output's.
+    Product {
+        left: (usize, usize),
+        right: (usize, usize),
+        out: (usize, usize),
+    },
 }
 
 impl fmt::Display for ShapeError {
@@ -102,6 +109,11 @@ impl fmt::Display for ShapeError {
             ShapeError::TooLarge { rows, cols } => {
                 write!(f, "a matrix of {rows} × {cols} weights is too large")
             }
+            ShapeError::Product { left, right, out } => write!(
+                f,
+                "{} × {} times {} × {} does not give {} × {}",
+                left.0, left.1, right.0, right.1, out.0, out.1
+            ),
         }
     }
 }
@@ -275,6 +287,13 @@ impl Q8Matrix {
 /// of generation (issue 42). So a whole turn of generation runs through this.
 pub fn on_workers<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| work())
+}
+
+/// `work` applied to each item on the kernels' workers, results in order: for
+/// independent pieces each as large as a product (passages to embed), which keep
+/// every worker busy between their products too.
+pub fn each_on_workers<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    items.par_iter().map(&work).collect()
 }
 
 /// Whether [`Q8Matrix::product`] multiplies in 8 bits on this CPU (AVX-512 VNNI);

@@ -4,6 +4,8 @@
 //! log says so in one line; nothing else changes.
 
 #[cfg(feature = "local-model")]
+mod long;
+#[cfg(feature = "local-model")]
 mod model;
 #[cfg(feature = "local-model")]
 mod short;

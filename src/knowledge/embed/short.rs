@@ -1,14 +1,18 @@
-//! The embedding model for a question: the same BERT encoder as `model.rs`, on
-//! Deskbell's 8-bit kernels (`deskbell-kernels`). A question is a few tokens,
-//! and for a few tokens candle's f32 GEMM spends more time packing than
-//! multiplying: all-MiniLM-L6-v2 took 12 ms a question there.
+//! The embedding model's encoder (BERT) on Deskbell's kernels
+//! (`deskbell-kernels`), with its weights kept in 8 bits and in f32.
+//!
+//! A question is a few tokens, and for a few tokens candle's f32 GEMM spends more
+//! time packing than multiplying: all-MiniLM-L6-v2 took 12 ms a question there.
 //! `Q8Matrix::matmul_rows_expanded` reads each weight once, a quarter of the
-//! bytes of f32, expands its row and multiplies it by every token, on both cores (BENCHMARKS.md, "Hybrid retrieval"). Passages, hundreds of tokens
-//! each, stay on candle's GEMM, where each weight meets many tokens.
+//! bytes of f32, expands its row and multiplies it by every token, on both cores
+//! (BENCHMARKS.md, "Hybrid retrieval").
+//!
+//! A passage is hundreds of tokens, where each weight meets many tokens: those
+//! take the f32 weights through an f32 GEMM (`long.rs`), one passage per worker.
 //!
 //! BERT as in the original (post-norm): embeddings and a layer norm, then per
-//! layer self-attention over every token (no mask: one question, no padding),
-//! add and norm, a GELU feed-forward, add and norm.
+//! layer self-attention over every token (no mask: one text, no padding), add
+//! and norm, a GELU feed-forward, add and norm.
 
 use std::collections::HashMap;
 
@@ -16,7 +20,8 @@ use anyhow::Context;
 use candle_core::{Device, Tensor};
 use deskbell_kernels::Q8Matrix;
 
-/// Questions up to this many tokens take this path; longer ones candle's.
+/// Texts up to this many tokens take the 8-bit rows (`matmul_rows_expanded`) on
+/// both workers; longer ones the f32 GEMM on one.
 pub const SHORT_TOKENS: usize = 48;
 
 const EPS: f32 = 1e-12;
@@ -28,6 +33,8 @@ struct Norm {
 
 struct Dense {
     weight: Q8Matrix,
+    /// The same weights in f32, row-major, for many tokens.
+    full: Vec<f32>,
     bias: Vec<f32>,
 }
 
@@ -58,20 +65,26 @@ fn vector(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Vec<f
     Ok(t.flatten_all()?.to_vec1::<f32>()?)
 }
 
-fn matrix(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Q8Matrix> {
+/// A matrix's f32 values, row-major, and its 8-bit copy.
+fn matrix(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<(Vec<f32>, Q8Matrix)> {
     let t = tensors
         .get(name)
         .with_context(|| format!("model.safetensors has no {name}"))?;
     let (rows, cols) = t.dims2()?;
-    Q8Matrix::quantize(rows, cols, &t.flatten_all()?.to_vec1::<f32>()?)
-        .map_err(|e| anyhow::anyhow!("{name} cannot be quantized: {e}"))
+    let full = t.flatten_all()?.to_vec1::<f32>()?;
+    let eight = Q8Matrix::quantize(rows, cols, &full)
+        .map_err(|e| anyhow::anyhow!("{name} cannot be quantized: {e}"))?;
+    Ok((full, eight))
 }
 
 fn dense(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Dense> {
-    Ok(Dense {
-        weight: matrix(tensors, &format!("{name}.weight"))?,
-        bias: vector(tensors, &format!("{name}.bias"))?,
-    })
+    let (full, weight) = matrix(tensors, &format!("{name}.weight"))?;
+    let bias = vector(tensors, &format!("{name}.bias"))?;
+    anyhow::ensure!(
+        bias.len() == weight.rows(),
+        "{name}'s bias does not fit its weight"
+    );
+    Ok(Dense { weight, full, bias })
 }
 
 fn norm(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Norm> {
@@ -96,8 +109,9 @@ impl Short {
             let weight = Q8Matrix::stack(&[&q.weight, &k.weight, &v.weight])
                 .map_err(|e| anyhow::anyhow!("cannot stack layer {i}'s attention: {e}"))?;
             let bias = [q.bias, k.bias, v.bias].concat();
+            let full = [q.full, k.full, v.full].concat();
             stack.push(Layer {
-                qkv: Dense { weight, bias },
+                qkv: Dense { weight, full, bias },
                 out: dense(&tensors, &at("attention.output.dense"))?,
                 norm1: norm(&tensors, &at("attention.output.LayerNorm"))?,
                 up: dense(&tensors, &at("intermediate.dense"))?,
@@ -105,7 +119,8 @@ impl Short {
                 norm2: norm(&tensors, &at("output.LayerNorm"))?,
             });
         }
-        let words = matrix(&tensors, "embeddings.word_embeddings.weight")?;
+        // Only the rows of a text's tokens are read: the 8-bit copy is enough.
+        let (_, words) = matrix(&tensors, "embeddings.word_embeddings.weight")?;
         let dim = words.cols();
         anyhow::ensure!(
             heads > 0 && dim % heads == 0,
@@ -120,6 +135,11 @@ impl Short {
             dim,
             heads,
         })
+    }
+
+    /// The width of a vector.
+    pub fn dim(&self) -> usize {
+        self.dim
     }
 
     /// The mean of the last layer's token vectors, normalised.
@@ -153,7 +173,11 @@ impl Short {
     fn layer(&self, layer: &Layer, x: &mut [f32], n: usize) -> anyhow::Result<()> {
         let d = self.dim;
         let qkv = apply(&layer.qkv, x, n)?;
-        let context = attention(&qkv, n, d, self.heads);
+        let context = if n > SHORT_TOKENS {
+            super::long::attention(&qkv, n, d, self.heads)?
+        } else {
+            attention(&qkv, n, d, self.heads)
+        };
         let attended = apply(&layer.out, &context, n)?;
         x.iter_mut().zip(&attended).for_each(|(a, b)| *a += b);
         layer_norm(x, &layer.norm1, d);
@@ -167,6 +191,9 @@ impl Short {
 }
 
 fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
+    if n > SHORT_TOKENS {
+        return super::long::linear(&dense.full, &dense.bias, x, n);
+    }
     let rows = dense.weight.rows();
     let mut out = vec![0f32; n * rows];
     dense
@@ -181,7 +208,7 @@ fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
 
 /// Every token attends to every token, head by head; `qkv` holds each token's
 /// query, key and value one after another.
-fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Vec<f32> {
+pub(super) fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Vec<f32> {
     let size = d / heads;
     let scale = 1.0 / (size as f32).sqrt();
     let mut out = vec![0f32; n * d];
