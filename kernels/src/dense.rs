@@ -89,7 +89,8 @@ fn fits(
         .zip((cols - 1).checked_mul(cs))
         .and_then(|(a, b)| a.checked_add(b));
     match last {
-        Some(last) if last < len && isize::try_from(last).is_ok() => Ok((rs_i, cs_i)),
+        // A slice never holds more than `isize::MAX` bytes, so `last` fits too.
+        Some(last) if last < len => Ok((rs_i, cs_i)),
         Some(last) => Err(ShapeError::Length {
             expected: last.saturating_add(1),
             got: len,

@@ -29,6 +29,7 @@ impl Embedder {
                 .ok_or_else(|| anyhow::anyhow!("config.json has no {key}"))
         };
         let dim = number("hidden_size")?;
+        let eps = encoder_kind(&raw)?;
         let mut tokenizer = Tokenizer::from_bytes(tokenizer)
             .map_err(|e| anyhow::anyhow!("tokenizer.json cannot be read: {e}"))?;
         tokenizer
@@ -44,6 +45,7 @@ impl Embedder {
             &weights,
             number("num_hidden_layers")?,
             number("num_attention_heads")?,
+            eps,
         )?;
         anyhow::ensure!(
             short.dim() == dim,
@@ -85,9 +87,63 @@ impl Embedder {
     }
 }
 
+/// Refuses a configuration the encoder (`short.rs`) does not implement, which
+/// would otherwise load and give wrong vectors without a word: it runs BERT with
+/// absolute positions and the erf GELU. Returns the layer norms' epsilon.
+fn encoder_kind(config: &serde_json::Value) -> anyhow::Result<f32> {
+    // An absent key takes BERT's default; a value that is not a string fails
+    // the comparison below and is named in its message.
+    let text = |key: &str, usual: &str| match config.get(key) {
+        None => usual.to_string(),
+        Some(v) => v.as_str().map_or_else(|| v.to_string(), str::to_string),
+    };
+    let activation = text("hidden_act", "gelu");
+    anyhow::ensure!(
+        activation == "gelu",
+        "config.json's hidden_act is {activation:?}; the embedding model must use \"gelu\""
+    );
+    let positions = text("position_embedding_type", "absolute");
+    anyhow::ensure!(
+        positions == "absolute",
+        "config.json's position_embedding_type is {positions:?}; the embedding model must use \"absolute\""
+    );
+    let eps = config
+        .get("layer_norm_eps")
+        .map_or(Some(1e-12), |v| v.as_f64())
+        .filter(|eps| eps.is_finite() && *eps > 0.0)
+        .ok_or_else(|| anyhow::anyhow!("config.json's layer_norm_eps is not a positive number"))?;
+    Ok(eps as f32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configuration_the_encoder_does_not_run_is_refused_with_its_reason() {
+        let load = |config: &str| {
+            Embedder::load(config.as_bytes(), b"{}", Vec::new())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let base = r#""hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12"#;
+        let relu = load(&format!(r#"{{{base}, "hidden_act": "relu"}}"#));
+        assert!(relu.contains("hidden_act is \"relu\""), "{relu}");
+        let relative = load(&format!(
+            r#"{{{base}, "position_embedding_type": "relative_key"}}"#
+        ));
+        assert!(relative.contains("position_embedding_type"), "{relative}");
+        let eps = load(&format!(r#"{{{base}, "layer_norm_eps": -1}}"#));
+        assert!(eps.contains("layer_norm_eps"), "{eps}");
+        // A usual configuration gets past these checks, to the tokenizer.
+        let usual = load(&format!(
+            r#"{{{base}, "hidden_act": "gelu", "layer_norm_eps": 1e-12}}"#
+        ));
+        assert!(usual.contains("tokenizer.json"), "{usual}");
+        assert!(encoder_kind(&serde_json::json!({})).is_ok());
+        assert!(encoder_kind(&serde_json::json!({"hidden_act": {"gelu": 1}})).is_err());
+    }
 
     /// The test model's folder (`scripts/fetch-test-embedder`), when fetched.
     fn test_model() -> Option<std::path::PathBuf> {

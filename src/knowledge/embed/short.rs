@@ -24,11 +24,11 @@ use deskbell_kernels::Q8Matrix;
 /// both workers; longer ones the f32 GEMM on one.
 pub const SHORT_TOKENS: usize = 48;
 
-const EPS: f32 = 1e-12;
-
 struct Norm {
     weight: Vec<f32>,
     bias: Vec<f32>,
+    /// Added to the variance (`config.json`'s `layer_norm_eps`).
+    eps: f32,
 }
 
 struct Dense {
@@ -87,16 +87,17 @@ fn dense(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Dense>
     Ok(Dense { weight, full, bias })
 }
 
-fn norm(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Norm> {
+fn norm(tensors: &HashMap<String, Tensor>, name: &str, eps: f32) -> anyhow::Result<Norm> {
     Ok(Norm {
         weight: vector(tensors, &format!("{name}.weight"))?,
         bias: vector(tensors, &format!("{name}.bias"))?,
+        eps,
     })
 }
 
 impl Short {
     /// Quantizes the encoder's weights from `model.safetensors`' bytes.
-    pub fn load(weights: &[u8], layers: usize, heads: usize) -> anyhow::Result<Short> {
+    pub fn load(weights: &[u8], layers: usize, heads: usize, eps: f32) -> anyhow::Result<Short> {
         let tensors = candle_core::safetensors::load_buffer(weights, &Device::Cpu)?;
         let mut stack = Vec::with_capacity(layers);
         for i in 0..layers {
@@ -113,10 +114,10 @@ impl Short {
             stack.push(Layer {
                 qkv: Dense { weight, full, bias },
                 out: dense(&tensors, &at("attention.output.dense"))?,
-                norm1: norm(&tensors, &at("attention.output.LayerNorm"))?,
+                norm1: norm(&tensors, &at("attention.output.LayerNorm"), eps)?,
                 up: dense(&tensors, &at("intermediate.dense"))?,
                 down: dense(&tensors, &at("output.dense"))?,
-                norm2: norm(&tensors, &at("output.LayerNorm"))?,
+                norm2: norm(&tensors, &at("output.LayerNorm"), eps)?,
             });
         }
         // Only the rows of a text's tokens are read: the 8-bit copy is enough.
@@ -130,7 +131,7 @@ impl Short {
             words,
             positions: vector(&tensors, "embeddings.position_embeddings.weight")?,
             types: vector(&tensors, "embeddings.token_type_embeddings.weight")?,
-            norm: norm(&tensors, "embeddings.LayerNorm")?,
+            norm: norm(&tensors, "embeddings.LayerNorm", eps)?,
             layers: stack,
             dim,
             heads,
@@ -237,7 +238,7 @@ fn layer_norm(x: &mut [f32], norm: &Norm, d: usize) {
     for row in x.chunks_exact_mut(d) {
         let mean = row.iter().sum::<f32>() / d as f32;
         let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
-        let inv = 1.0 / (var + EPS).sqrt();
+        let inv = 1.0 / (var + norm.eps).sqrt();
         for ((v, w), b) in row.iter_mut().zip(&norm.weight).zip(&norm.bias) {
             *v = (*v - mean) * inv * w + b;
         }
