@@ -124,7 +124,7 @@ pub fn attend(
             let kv = h / group;
             let scores = &mut scores[..seen];
             key_scores(q, keys, kv_heads * dim, kv * dim, scale, scores);
-            softmax(scores);
+            super::elementwise::softmax(scores, 1.0);
             weighted_sum(scores, values, kv_heads * dim, kv * dim, out);
         },
     );
@@ -184,17 +184,4 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     }
     let rest: f32 = a_rest.iter().zip(b_rest).map(|(a, b)| a * b).sum();
     acc.iter().sum::<f32>() + rest
-}
-
-fn softmax(scores: &mut [f32]) {
-    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for s in scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
-    }
-    let inverse = 1.0 / sum;
-    for s in scores.iter_mut() {
-        *s *= inverse;
-    }
 }

@@ -38,6 +38,7 @@ use rayon::prelude::*;
 
 pub mod attention;
 pub mod dense;
+pub mod elementwise;
 mod q4;
 #[cfg(target_arch = "x86_64")]
 mod q4_x86;

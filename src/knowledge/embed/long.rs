@@ -3,6 +3,7 @@
 //! one passage on each worker.
 
 use deskbell_kernels::dense::{Strided, StridedMut, gemm};
+use deskbell_kernels::elementwise::softmax;
 
 /// `x · Wᵀ + bias` for `n` tokens: `weight` is row-major, one row per output
 /// (as the model file stores a linear layer), `bias` one value per output.
@@ -62,18 +63,6 @@ pub fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> anyhow::Resul
         gemm(context, Strided::rows(&scores, n, n), values, false)?;
     }
     Ok(out)
-}
-
-/// The softmax of `row × scale`, in place.
-fn softmax(row: &mut [f32], scale: f32) {
-    let top = row.iter().fold(f32::MIN, |m, w| m.max(*w));
-    let mut sum = 0.0;
-    for w in row.iter_mut() {
-        *w = ((*w - top) * scale).exp();
-        sum += *w;
-    }
-    let inv = 1.0 / sum;
-    row.iter_mut().for_each(|w| *w *= inv);
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use anyhow::Context;
 use candle_core::{Device, Tensor};
-use deskbell_kernels::Q8Matrix;
+use deskbell_kernels::{Q8Matrix, elementwise};
 
 /// Texts up to this many tokens take the 8-bit rows (`matmul_rows_expanded`) on
 /// both workers; longer ones the f32 GEMM on one.
@@ -127,11 +127,19 @@ impl Short {
             heads > 0 && dim % heads == 0,
             "heads do not divide the width"
         );
+        let first = norm(&tensors, "embeddings.LayerNorm", eps)?;
+        let norms = std::iter::once(&first).chain(stack.iter().flat_map(|l| [&l.norm1, &l.norm2]));
+        for n in norms {
+            anyhow::ensure!(
+                n.weight.len() == dim && n.bias.len() == dim,
+                "a layer norm's width is not the model's"
+            );
+        }
         Ok(Short {
             words,
             positions: vector(&tensors, "embeddings.position_embeddings.weight")?,
             types: vector(&tensors, "embeddings.token_type_embeddings.weight")?,
-            norm: norm(&tensors, "embeddings.LayerNorm", eps)?,
+            norm: first,
             layers: stack,
             dim,
             heads,
@@ -156,7 +164,7 @@ impl Short {
                 *v += self.positions[t * d + j] + self.types[j];
             }
         }
-        layer_norm(&mut x, &self.norm, d);
+        layer_norm(&mut x, &self.norm);
         for layer in &self.layers {
             self.layer(layer, &mut x, n)?;
         }
@@ -181,12 +189,12 @@ impl Short {
         };
         let attended = apply(&layer.out, &context, n)?;
         x.iter_mut().zip(&attended).for_each(|(a, b)| *a += b);
-        layer_norm(x, &layer.norm1, d);
+        layer_norm(x, &layer.norm1);
         let mut up = apply(&layer.up, x, n)?;
-        up.iter_mut().for_each(|v| *v = gelu(*v));
+        elementwise::gelu(&mut up);
         let down = apply(&layer.down, &up, n)?;
         x.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
-        layer_norm(x, &layer.norm2, d);
+        layer_norm(x, &layer.norm2);
         Ok(())
     }
 }
@@ -221,42 +229,18 @@ pub(super) fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Vec<f3
                 let k = &qkv[j * 3 * d + d + h * size..][..size];
                 *w = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
             }
-            let top = weights.iter().fold(f32::MIN, |m, w| m.max(*w));
-            weights.iter_mut().for_each(|w| *w = (*w - top).exp());
-            let sum: f32 = weights.iter().sum();
+            elementwise::softmax(&mut weights, 1.0);
             let row = &mut out[i * d + h * size..][..size];
             for (j, w) in weights.iter().enumerate() {
                 let v = &qkv[j * 3 * d + 2 * d + h * size..][..size];
-                row.iter_mut().zip(v).for_each(|(o, v)| *o += w / sum * v);
+                row.iter_mut().zip(v).for_each(|(o, v)| *o += w * v);
             }
         }
     }
     out
 }
 
-fn layer_norm(x: &mut [f32], norm: &Norm, d: usize) {
-    for row in x.chunks_exact_mut(d) {
-        let mean = row.iter().sum::<f32>() / d as f32;
-        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
-        let inv = 1.0 / (var + norm.eps).sqrt();
-        for ((v, w), b) in row.iter_mut().zip(&norm.weight).zip(&norm.bias) {
-            *v = (*v - mean) * inv * w + b;
-        }
-    }
-}
-
-/// GELU with the error function, as BERT's `gelu` (erf by Abramowitz and Stegun
-/// 7.1.26, within 1.5e-7).
-fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2))
-}
-
-fn erf(x: f32) -> f32 {
-    let sign = x.signum();
-    let x = x.abs();
-    let t = 1.0 / (1.0 + 0.327_591_1 * x);
-    let poly = t
-        * (0.254_829_6
-            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
-    sign * (1.0 - poly * (-x * x).exp())
+/// A layer norm over each token's row (the norm's width, checked at load).
+fn layer_norm(x: &mut [f32], norm: &Norm) {
+    elementwise::layer_norm(x, &norm.weight, &norm.bias, norm.eps);
 }

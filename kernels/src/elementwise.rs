@@ -1,0 +1,195 @@
+//! Element-wise passes between the products: softmax, GELU and layer norm.
+//!
+//! The standard library's `exp` is a call per element that the compiler cannot
+//! vectorise; at ingest a passage's softmax and GELU make it a tenth of the time
+//! (BENCHMARKS.md, "Element-wise passes vectorised"). [`exp`] here is branch-free
+//! arithmetic on the float's bits (Cephes' `expf`: a range reduction by ln 2 and a
+//! degree-six polynomial, within two units in the last place on the range that
+//! matters), so each pass below compiles to AVX2 or AVX-512 through
+//! `multiversion`, like the other loops of this crate.
+
+use multiversion::multiversion;
+
+/// `e^x`, within 3e-7 relative for `x` in −87…88 (below, a tiny positive
+/// number stands for 0; above, the largest finite power stands for infinity).
+/// Not a number gives not a number.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    // ln 2 in two parts, so that `x − n ln 2` keeps its low bits.
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    // 1.5 × 2²³: adding it and taking it away rounds to an integer without a
+    // rounding instruction the baseline lacks.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = 1.987_569_2e-4;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 0.166_666_65;
+    let p = p * r + 0.5;
+    let er = p * r * r + r + 1.0;
+    // n is within −126…127 after the clamp, so 2ⁿ is a normal float.
+    let two_n = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    er * two_n
+}
+
+/// The error function (Abramowitz and Stegun 7.1.26, within 1.5e-7), as BERT's
+/// exact `gelu` uses it.
+#[inline(always)]
+fn erf(x: f32) -> f32 {
+    let a = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let poly = t
+        * (0.254_829_6
+            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
+    (1.0 - poly * exp(-a * a)).copysign(x)
+}
+
+/// BERT's GELU, `x Φ(x)` with the error function, in place.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+pub fn gelu(xs: &mut [f32]) {
+    for x in xs.iter_mut() {
+        *x = 0.5 * *x * (1.0 + erf(*x * std::f32::consts::FRAC_1_SQRT_2));
+    }
+}
+
+/// The softmax of `row × scale`, in place. A row with nothing finite in it
+/// gives not-a-number, as a division of zero by zero would.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+pub fn softmax(row: &mut [f32], scale: f32) {
+    let top = lanes(row, f32::MIN, f32::max);
+    for w in row.iter_mut() {
+        *w = exp((*w - top) * scale);
+    }
+    let inv = 1.0 / lanes(row, 0.0, |a, b| a + b);
+    row.iter_mut().for_each(|w| *w *= inv);
+}
+
+/// `xs` folded by `f` in sixteen running results, so that the compiler may
+/// vectorise it: a fold of floats in one running result must keep its order
+/// and stays scalar, and kept the loop around it (the exponentials) scalar too.
+/// `f` both takes an element in and joins two results, as a sum or a maximum.
+#[inline(always)]
+fn lanes(xs: &[f32], start: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    lanes_joined(xs, start, &f, &f)
+}
+
+/// As [`lanes`], with `join` to join the running results.
+#[inline(always)]
+fn lanes_joined(
+    xs: &[f32],
+    start: f32,
+    f: impl Fn(f32, f32) -> f32,
+    join: impl Fn(f32, f32) -> f32,
+) -> f32 {
+    let (chunks, rest) = xs.as_chunks::<16>();
+    let mut acc = [start; 16];
+    for chunk in chunks {
+        for (a, x) in acc.iter_mut().zip(chunk) {
+            *a = f(*a, *x);
+        }
+    }
+    let tail = rest.iter().fold(start, |a, x| f(a, *x));
+    acc.iter().fold(tail, |a, x| join(a, *x))
+}
+
+/// Each `width`-long row of `x` normalised to mean 0 and variance 1 (with `eps`
+/// added to the variance), then scaled by `weight` and shifted by `bias`.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+pub fn layer_norm(x: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+    let width = weight.len();
+    if width == 0 {
+        return;
+    }
+    for row in x.chunks_exact_mut(width) {
+        let mean = lanes(row, 0.0, |a, b| a + b) / width as f32;
+        let square = |a: f32, v: f32| a + (v - mean) * (v - mean);
+        let var = lanes_joined(row, 0.0, square, |a, b| a + b) / width as f32;
+        let inv = 1.0 / (var + eps).sqrt();
+        for ((v, w), b) in row.iter_mut().zip(weight).zip(bias) {
+            *v = (*v - mean) * inv * w + b;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn exp_is_within_a_few_ulp_of_the_standard_library(x in -87.0f32..88.0) {
+            let (ours, theirs) = (exp(x), x.exp());
+            prop_assert!(((ours - theirs) / theirs).abs() < 3e-7, "{x}: {ours} against {theirs}");
+        }
+
+        #[test]
+        fn gelu_matches_its_definition(x in -12.0f32..12.0) {
+            let mut ours = [x];
+            gelu(&mut ours);
+            let reference = 0.5 * f64::from(x) * (1.0 + erf_reference(f64::from(x) / 2f64.sqrt()));
+            prop_assert!((f64::from(ours[0]) - reference).abs() < 2e-6 * f64::from(x.abs()).max(1.0), "{x}: {} against {reference}", ours[0]);
+        }
+
+        #[test]
+        fn a_softmax_sums_to_one_and_keeps_the_order(row in prop::collection::vec(-50.0f32..50.0, 1..70), scale in 0.01f32..2.0) {
+            let mut ours = row.clone();
+            softmax(&mut ours, scale);
+            let top = row.iter().fold(f32::MIN, |m, w| m.max(*w));
+            let sum: f64 = row.iter().map(|w| (f64::from((w - top) * scale)).exp()).sum();
+            for (w, o) in row.iter().zip(&ours) {
+                let reference = f64::from((w - top) * scale).exp() / sum;
+                prop_assert!((f64::from(*o) - reference).abs() < 1e-5 * reference + 1e-7, "{o} against {reference}");
+            }
+        }
+    }
+
+    /// erf in f64 by its Taylor series, far from where A&S's fit is tested.
+    fn erf_reference(x: f64) -> f64 {
+        if x.abs() > 5.0 {
+            return x.signum();
+        }
+        let (mut term, mut sum) = (x, x);
+        for n in 1..200 {
+            term *= -x * x / n as f64;
+            sum += term / (2 * n + 1) as f64;
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    }
+
+    #[test]
+    fn the_edges_of_exp_are_numbers_and_not_a_number_stays_one() {
+        assert!(exp(-1000.0) >= 0.0 && exp(-1000.0) < 1e-37);
+        assert!(exp(1000.0).is_finite() && exp(1000.0) > 1e38);
+        assert!(exp(f32::NAN).is_nan());
+        assert_eq!(exp(0.0), 1.0);
+    }
+
+    #[test]
+    fn a_layer_norm_gives_mean_zero_and_unit_variance() {
+        let mut x: Vec<f32> = (0..12).map(|i| i as f32 * 1.5 - 3.0).collect();
+        layer_norm(&mut x, &[1.0; 6], &[0.0; 6], 1e-12);
+        for row in x.chunks_exact(6) {
+            let mean: f32 = row.iter().sum::<f32>() / 6.0;
+            let var: f32 = row.iter().map(|v| v * v).sum::<f32>() / 6.0;
+            assert!(mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-4, "{row:?}");
+        }
+    }
+}
