@@ -240,7 +240,11 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for RawBody {
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
         match axum::body::Bytes::from_request(req, state).await {
-            Ok(bytes) => Ok(RawBody(bytes)),
+            // A copy: the bytes hyper read share the connection's read buffer,
+            // and while any slice of it lives, hyper's next read of that
+            // connection (watching for its end while a stream is written)
+            // allocates another 8 KiB buffer, kept as long as the stream.
+            Ok(bytes) => Ok(RawBody(axum::body::Bytes::copy_from_slice(&bytes))),
             Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
                 Err(ApiError::BodyTooLarge)
             }

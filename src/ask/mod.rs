@@ -45,6 +45,10 @@ async fn ask(
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
     let received = tokio::time::Instant::now();
+    // The headers' values, like the body (`RawBody`), are copied out of the
+    // connection's read buffer before the first wait, so that hyper reuses that
+    // buffer rather than keeping a second one for the stream's life.
+    let headers = guard::owned_headers(&headers);
     // The guards' futures are boxed: they are large and live only until the
     // stream starts, and the handler's own future is held while it waits.
     let caller = Box::pin(guard::admit(&app, &headers, peer, guard::Door::Ask)).await?;

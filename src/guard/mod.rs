@@ -14,7 +14,7 @@ pub use admission::{
     Admission, admit_event_stream, admit_question, admit_turn, budget_open_with_tool_version,
 };
 use counters::Refusal;
-pub use peer::{Peer, client_ip, limit_key};
+pub use peer::{Peer, client_ip, limit_key, owned_headers};
 
 use std::net::IpAddr;
 use std::sync::Arc;

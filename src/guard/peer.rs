@@ -61,6 +61,21 @@ pub fn limit_key(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// `headers` with each value copied into its own allocation: the values hyper
+/// parses are slices of the connection's read buffer, which they keep alive.
+pub fn owned_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut owned = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let mut copy = axum::http::HeaderValue::from_maybe_shared(
+            axum::body::Bytes::copy_from_slice(value.as_bytes()),
+        )
+        .unwrap_or_else(|_| value.clone());
+        copy.set_sensitive(value.is_sensitive());
+        owned.append(name.clone(), copy);
+    }
+    owned
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +84,27 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", value.parse().unwrap());
         h
+    }
+
+    #[test]
+    fn owned_headers_are_the_same_headers_in_memory_of_their_own() {
+        let shared = axum::body::Bytes::from_static(b"a-token-value");
+        let mut headers = HeaderMap::new();
+        let mut token = axum::http::HeaderValue::from_maybe_shared(shared.clone()).unwrap();
+        token.set_sensitive(true);
+        headers.insert("authorization", token);
+        headers.append("x-forwarded-for", "198.51.100.1".parse().unwrap());
+        headers.append("x-forwarded-for", "203.0.113.9".parse().unwrap());
+        let owned = owned_headers(&headers);
+        assert_eq!(owned, headers);
+        let copied = &owned["authorization"];
+        assert!(copied.is_sensitive(), "a secret stays out of logs");
+        assert_ne!(
+            copied.as_bytes().as_ptr(),
+            shared.as_ptr(),
+            "the value is not a slice of the buffer it was read from"
+        );
+        assert_eq!(owned.get_all("x-forwarded-for").iter().count(), 2);
     }
 
     #[test]
