@@ -6,7 +6,7 @@
 //! model as numbered sources; the answer's `[n]` markers become its citations.
 
 mod chunk;
-mod dense;
+pub mod dense;
 mod document;
 pub mod embed;
 mod fetch_guard;

@@ -111,6 +111,10 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     if wants("retrieval-speed") {
         crate::retrieval_speed::figures(quick).await?;
     }
+    // A minute of graph building in full: only when asked for by name.
+    if wants("retrieval-graph") && (quick || only == Some("retrieval-graph")) {
+        crate::retrieval_graph::figures(quick);
+    }
     // Minutes of embedding: only when asked for by name.
     if only == Some("retrieval-ingest") {
         crate::retrieval_speed::ingest(quick).await?;

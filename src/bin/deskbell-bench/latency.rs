@@ -5,6 +5,11 @@
 //! in the same run under the same machine's weather; each round's added time is
 //! Deskbell's percentile minus the model's, and the figure is the rounds' median
 //! with their spread.
+//!
+//! With `BENCH_EMBEDDING_MODEL` (a sentence-embedding model's folder, such as
+//! `scripts/fetch-test-embedder` prints) the site searches hybrid (SPEC §21),
+//! so that the growth of the added time is measured against one question's
+//! embedding (issue 40's goal); the server embeds the passages at start.
 
 use std::time::Duration;
 
@@ -25,7 +30,16 @@ pub async fn figures(sizes: &Sizes, quick: bool) -> anyhow::Result<()> {
     let docs = dir.path().join("docs");
     let documents = if quick { 100 } else { 1_000 };
     crate::knowledge::synthetic_docs(&docs, documents, 3)?;
-    let s = server::start_in(dir.path(), Some(&docs), &llm, &hook).await?;
+    let model = std::env::var("BENCH_EMBEDDING_MODEL").ok();
+    let env: Vec<(&str, &str)> = match &model {
+        Some(path) => vec![
+            ("DESKBELL_EMBEDDING", "on"),
+            ("DESKBELL_EMBEDDING_MODEL", path.as_str()),
+        ],
+        None => Vec::new(),
+    };
+    let search = if model.is_some() { "hybrid" } else { "BM25" };
+    let s = server::start_in_env(dir.path(), Some(&docs), &llm, &hook, &env).await?;
     let client = Client::new(&s.base);
     let questions = crate::knowledge::synthetic_questions(sizes.asks_per_client);
     let mut tokens = Vec::new();
@@ -52,7 +66,7 @@ pub async fn figures(sizes: &Sizes, quick: bool) -> anyhow::Result<()> {
     }
     report(
         &format!(
-            "time to first token, model with 50 ms of its own, {documents} documents and a tool, {} streams ({} turns in {rounds} rounds)",
+            "time to first token, model with 50 ms of its own, {documents} documents ({search} search) and a tool, {} streams ({} turns in {rounds} rounds)",
             sizes.concurrency,
             deskbell_all.len()
         ),
@@ -60,7 +74,9 @@ pub async fn figures(sizes: &Sizes, quick: bool) -> anyhow::Result<()> {
         "",
     );
     report(
-        "added time to first token with the 50 ms model (median of rounds, spread)",
+        &format!(
+            "added time to first token with the 50 ms model, {search} search (median of rounds, spread)"
+        ),
         &format!(
             "p50 {} ({}); p99 {} ({})",
             ms(median(&p50s)),

@@ -21,6 +21,7 @@ mod local_vs;
 mod quality;
 mod replicas;
 mod retrieval;
+mod retrieval_graph;
 mod retrieval_speed;
 mod server;
 mod stats;
@@ -37,7 +38,8 @@ Options:
   --quick          every figure small, for CI
   --only <figure>  one group: start, ttft, latency, throughput, metrics,
                    confirm, guards, visitors, knowledge, retrieval-quality,
-                   retrieval-speed, retrieval-ingest, console, streams,
+                   retrieval-speed, retrieval-graph, retrieval-ingest,
+                   console, streams,
                    desk, local,
                    local-vs-llamacpp, replicas, quality
   -h, --help       this text
@@ -45,6 +47,7 @@ Options:
 Environment for the retrieval figures (SPEC §21):
   DESKBELL_RETRIEVAL_SET    a BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv
   DESKBELL_TEST_EMBEDDER    the embedding model (scripts/fetch-test-embedder)
+  BENCH_EMBEDDING_MODEL     the same for --only latency: the site searches hybrid
 
 Environment for local-vs-llamacpp (issue 42): DESKBELL_TEST_MODEL (the GGUF file)
 and DESKBELL_LLAMACPP_URL, llama.cpp's llama-server serving the same file with

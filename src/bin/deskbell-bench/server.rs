@@ -163,7 +163,7 @@ pub async fn start_in(
     start_in_env(dir, knowledge, llm, hook, &[]).await
 }
 
-async fn start_in_env(
+pub async fn start_in_env(
     dir: &std::path::Path,
     knowledge: Option<&std::path::Path>,
     llm: &FakeLlm,
@@ -197,7 +197,7 @@ pub async fn start_on(
     let path = dir.join("bench.toml");
     std::fs::write(&path, config(llm, hook, port, dir, knowledge, database_url))?;
     let started = Instant::now();
-    let child = server_command()?
+    let mut child = server_command()?
         .args(["serve", "--config"])
         .arg(&path)
         .env("DESKBELL_EMBEDDING", "off")
@@ -222,8 +222,13 @@ pub async fn start_on(
         {
             break;
         }
+        // A server that embeds its knowledge at start takes a while; one
+        // that exited is reported at once.
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!("the server exited before it was ready: {status}");
+        }
         anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(30),
+            started.elapsed() < Duration::from_secs(600),
             "the server did not become ready"
         );
         tokio::time::sleep(Duration::from_millis(2)).await;

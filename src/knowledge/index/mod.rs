@@ -123,7 +123,10 @@ impl SiteIndex {
     fn read_generation(&self) -> anyhow::Result<()> {
         let searcher = self.reader.searcher();
         self.texts.read(&searcher, self.fields)?;
-        let dense = Dense::read(searcher)?.map(Arc::new);
+        // The segments this generation shares with the last keep their vectors
+        // and graphs.
+        let before = self.dense();
+        let dense = Dense::read(searcher, before.as_deref())?.map(Arc::new);
         *self.dense.write().unwrap_or_else(|e| e.into_inner()) = dense;
         Ok(())
     }

@@ -324,3 +324,82 @@ fn an_index_without_the_vector_field_is_built_again_with_vectors() {
     .unwrap();
     assert_eq!((again.unchanged, again.added), (1, 0), "{again:?}");
 }
+
+/// The first axis for a text about kettles, the second for any other.
+struct Topics;
+
+impl Embed for Topics {
+    fn model(&self) -> &str {
+        "topics"
+    }
+
+    fn vectors(&self, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
+        Ok(texts
+            .iter()
+            .map(|t| match t.contains("kettle") {
+                true => vec![1.0, 0.0, 0.0, 0.0],
+                false => vec![0.0, 1.0, 0.0, 0.0],
+            })
+            .collect())
+    }
+}
+
+/// A segment's vectors are read once and kept by the generations that have it,
+/// and a changed document's old passage is never found (whether its segment
+/// keeps it as dead or is dropped depends on how the writer's threads shared the
+/// documents; `dense::tests` holds the first case alone).
+#[test]
+fn a_new_generation_keeps_its_segments_vectors_and_never_finds_a_deleted_passage() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("knowledge").join("acme");
+    // A hundred documents, so that each of the writer's segments holds many and
+    // outlives the delete of one (tantivy drops a segment whose documents are
+    // all dead).
+    let docs = |version: u32| {
+        (0..100)
+            .map(|i| match i {
+                0 => document(
+                    "kettle-0.md",
+                    &format!("Descale the kettle, step {version}."),
+                    version,
+                ),
+                i if i < 50 => document(
+                    &format!("kettle-{i}.md"),
+                    &format!("The kettle number {i}."),
+                    0,
+                ),
+                i => document(
+                    &format!("returns-{i}.md"),
+                    &format!("Return item {i} within thirty days."),
+                    0,
+                ),
+            })
+            .collect::<Vec<_>>()
+    };
+    ingest(&dir, docs(1), Vec::new(), Some(&Topics)).unwrap();
+    let index = SiteIndex::open(&dir).unwrap();
+    let first = index.dense().expect("vectors were read");
+    let report = ingest(&dir, docs(2), Vec::new(), Some(&Topics)).unwrap();
+    assert_eq!((report.updated, report.unchanged), (1, 99), "{report:?}");
+    index.reload().unwrap();
+    let second = index.dense().expect("vectors were read");
+    assert!(
+        second.shared_with(&first) >= 1,
+        "the first commit's segments are kept"
+    );
+    let searcher = &second.searcher;
+    let near = second.nearest(&[1.0, 0.0, 0.0, 0.0], 100);
+    let kettles: Vec<_> = near.iter().filter(|(_, cosine)| *cosine > 0.9).collect();
+    assert_eq!(kettles.len(), 50, "the old passage is dead");
+    let texts: Vec<String> = kettles
+        .iter()
+        .map(|(address, _)| {
+            let stored: tantivy::TantivyDocument = searcher.doc(*address).unwrap();
+            stored
+                .get_first(index.fields.body)
+                .and_then(|v| tantivy::schema::Value::as_str(&v).map(String::from))
+                .unwrap_or_default()
+        })
+        .collect();
+    assert!(texts.iter().any(|t| t.contains("step 2")), "{texts:?}");
+}
