@@ -1,7 +1,7 @@
 //! The operator's knowledge: sources read into documents (`source.rs`, `html.rs`),
 //! chunked by structure (`chunk.rs`) and indexed per site (`index/`). A question
 //! is searched by BM25 and, when the embedding model is loaded (`embed/`), by
-//! meaning over the passages' vectors (`dense.rs`), the two fused by reciprocal
+//! meaning over the passages' vectors (`dense/`), the two fused by reciprocal
 //! rank (`fuse.rs`; SPEC §21). A question's turn gives the best passages to the
 //! model as numbered sources; the answer's `[n]` markers become its citations.
 

@@ -113,13 +113,19 @@ impl Knowledge {
             index::ingest(&building, documents, Vec::new(), embed.as_deref())
         })
         .await??;
-        let opened = match self.index(site) {
-            Some(index) => {
-                index.reload()?;
-                index
-            }
-            None => Arc::new(index::SiteIndex::open(&dir)?),
-        };
+        // A reload reads every passage's text and may build a segment's search
+        // graph (seconds): a blocking thread's work, not an async worker's.
+        let existing = self.index(site);
+        let opened = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            Ok(match existing {
+                Some(index) => {
+                    index.reload()?;
+                    index
+                }
+                None => Arc::new(index::SiteIndex::open(&dir)?),
+            })
+        })
+        .await??;
         self.sites
             .write()
             .unwrap_or_else(|e| e.into_inner())

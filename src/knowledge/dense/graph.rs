@@ -20,6 +20,10 @@ const EF_SEARCH: usize = 100;
 /// where 100 took 73 s, and the walks it gave were faster and as exact.
 const EF_CONSTRUCTION: usize = 40;
 
+/// Walks' scratch spaces kept for the next questions (each 100 KB for 100,000
+/// passages); more walks at once than this allocate their own.
+const MAX_KEPT_SEARCHES: usize = 4;
+
 /// A passage in the graph: its row in the segment's vectors.
 #[derive(Clone)]
 struct Row {
@@ -35,6 +39,7 @@ impl Point for Row {
     }
 }
 
+/// One segment's graph, and scratch space for the walks through it.
 pub struct Graph {
     hnsw: Hnsw<Row>,
     /// Walks' scratch space (a visited mark per passage), kept for the next
@@ -43,20 +48,28 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// Builds the graph of `rows` on rayon's threads. The seed is fixed, so the
-    /// same vectors give the same graph (and the same answers) on every replica.
+    /// Builds the graph of `rows` on a thread of its own. Not on rayon's global
+    /// pool: the kernels' workers are there, and a question's embedding or a chat
+    /// model's token would wait behind seconds of building. One thread also
+    /// makes the build deterministic (the crate inserts in parallel under
+    /// per-passage locks, in whatever order threads get there), so with its
+    /// fixed seed the same vectors give the same graph and the same answers.
     pub fn build(rows: &Arc<Rows>) -> Graph {
-        let points = (0..rows.len() as u32)
+        let points: Vec<Row> = (0..rows.len() as u32)
             .map(|i| Row {
                 rows: rows.clone(),
                 i,
             })
             .collect();
-        let (hnsw, _) = Builder::default()
+        let builder = Builder::default()
             .ef_construction(EF_CONSTRUCTION)
             .ef_search(EF_SEARCH)
-            .seed(0x5eed)
-            .build_hnsw(points);
+            .seed(0x5eed);
+        let hnsw = match rayon::ThreadPoolBuilder::new().num_threads(1).build() {
+            Ok(pool) => pool.install(|| builder.build_hnsw(points).0),
+            // No thread to be had: build on the caller's, through the global pool.
+            Err(_) => builder.build_hnsw(points).0,
+        };
         Graph {
             hnsw,
             searches: Mutex::default(),
@@ -72,7 +85,8 @@ impl Graph {
         k: usize,
         keep: impl Fn(u32) -> bool,
     ) -> Vec<(u32, f32)> {
-        if question.len() != 1 || k == 0 {
+        let dim = self.hnsw.iter().next().map_or(0, |(_, p)| p.rows.dim());
+        if question.len() != 1 || question.dim() != dim || k == 0 {
             return Vec::new();
         }
         let point = Row {
@@ -97,10 +111,11 @@ impl Graph {
             .filter(|(doc, _)| keep(*doc))
             .take(k)
             .collect();
-        self.searches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(search);
+        let mut searches = self.searches.lock().unwrap_or_else(|e| e.into_inner());
+        // As many as walks ran at once, up to a few: each holds a mark per passage.
+        if searches.len() < MAX_KEPT_SEARCHES {
+            searches.push(search);
+        }
         found
     }
 }

@@ -21,18 +21,21 @@ pub use graph::Graph;
 pub use rows::{Rows, decode, encode, synthetic};
 
 /// A segment of this many passages or more is searched through its graph
-/// rather than scanned. On clustered vectors the walk passes the scan near
-/// 30,000 passages (0.74 against 0.35 ms at 50,000), but building the graph
-/// takes about 0.2 ms of both cores a passage, in the reload that follows an
-/// ingest or a merge, and on unclustered vectors a site of 100,000 passages in
-/// several segments searched slower through graphs than by scanning. At
-/// 100,000 the scan takes 1.6 ms and the walk 0.24 (BENCHMARKS.md, "An
-/// approximate index for the search by meaning").
+/// rather than scanned. On clustered vectors the walk passes the scan between
+/// 10,000 and 50,000 passages (0.74 against 0.35 ms at 50,000), but building
+/// the graph takes about 0.2 ms of both cores a passage (now on one thread, so
+/// about twice as long), in the reload that follows an ingest or a merge, and
+/// on unclustered vectors a site of 100,000 passages in several segments
+/// searched slower through graphs than by scanning. At 100,000 the scan takes
+/// 1.6 ms and the walk 0.24 (BENCHMARKS.md, "An approximate index for the
+/// search by meaning").
 pub const GRAPH_MIN: usize = 100_000;
 
 /// A segment with more than this share of its passages deleted is scanned even
 /// when it has a graph: a walk looks at `EF_SEARCH` passages, and too many of
-/// them could be dead. Merges drop dead documents, so this is rare and brief.
+/// them could be dead. Only a merge drops dead documents, and tantivy's default
+/// policy merges a large segment only beside others of its size, so such a
+/// segment may be scanned (and keep its graph) for a long time.
 const GRAPH_MAX_DEAD: f64 = 0.2;
 
 /// The vectors of one generation, with the searcher they were read from, so that
@@ -60,6 +63,15 @@ impl Dense {
     /// for it), reusing `before`'s for the segments it already read; `None`
     /// when no passage has one (an index built with embedding off).
     pub fn read(searcher: Searcher, before: Option<&Dense>) -> tantivy::Result<Option<Dense>> {
+        Self::read_with(searcher, before, GRAPH_MIN)
+    }
+
+    /// `read` with graphs for segments of `graph_min` passages or more.
+    fn read_with(
+        searcher: Searcher,
+        before: Option<&Dense>,
+        graph_min: usize,
+    ) -> tantivy::Result<Option<Dense>> {
         let known: HashMap<SegmentId, &Arc<Vectors>> = before
             .map(|b| b.segments.iter().map(|s| (s.id, &s.vectors)).collect())
             .unwrap_or_default();
@@ -69,7 +81,7 @@ impl Dense {
             let vectors = match known.get(&id) {
                 Some(vectors) => Arc::clone(vectors),
                 None => match read_segment(reader)? {
-                    Some(rows) => Arc::new(Vectors::index(rows)),
+                    Some(rows) => Arc::new(Vectors::index(rows, graph_min)),
                     None => continue,
                 },
             };
@@ -125,11 +137,12 @@ impl Dense {
 }
 
 impl Vectors {
-    fn index(rows: Rows) -> Vectors {
+    fn index(rows: Rows, graph_min: usize) -> Vectors {
         let rows = Arc::new(rows);
-        let graph = (rows.len() >= GRAPH_MIN).then(|| {
-            // Seconds of both cores for a large segment: worth a line, since a
-            // reload (the ingest follower's) waits for it.
+        let graph = (rows.len() >= graph_min).then(|| {
+            // Some 40 seconds of one core for 100,000 passages: worth a line,
+            // since a reload (the ingest follower's, on a blocking thread) waits
+            // for it.
             let started = std::time::Instant::now();
             let graph = Graph::build(&rows);
             tracing::info!(
@@ -149,9 +162,9 @@ fn mostly_alive(reader: &SegmentReader) -> bool {
 
 /// Every vector of one segment, dead documents' too (whether a document is dead
 /// changes with each generation; the question's search checks it), or `None`
-/// when the segment has none. The segment's first vector sets the size; one of
-/// another size, or one that does not decode, is left out, and that passage is
-/// found by BM25 alone.
+/// when the segment has none. The segment's first vector that decodes sets the
+/// size; one of another size, or one that does not decode, is left out, and
+/// that passage is found by BM25 alone.
 fn read_segment(reader: &SegmentReader) -> tantivy::Result<Option<Rows>> {
     let Some(column) = reader.fast_fields().bytes("vector")? else {
         return Ok(None);
@@ -166,9 +179,10 @@ fn read_segment(reader: &SegmentReader) -> tantivy::Result<Option<Rows>> {
         if !column.ord_to_bytes(term, &mut bytes)? {
             continue;
         }
-        let rows = rows.get_or_insert_with(|| Rows::new(bytes.len() / 4));
-        if let Some(vector) = decode(&bytes, rows.dim()) {
-            rows.push(&vector, doc);
+        let dim = rows.as_ref().map_or(bytes.len() / 4, Rows::dim);
+        if let Some(vector) = decode(&bytes, dim) {
+            rows.get_or_insert_with(|| Rows::new(dim))
+                .push(&vector, doc);
         }
     }
     Ok(rows.filter(|r| !r.is_empty()))
@@ -179,6 +193,7 @@ mod tests {
     use tantivy::{Index, TantivyDocument, Term};
 
     use super::*;
+    use crate::knowledge::dense::synthetic;
     use crate::knowledge::fields::schema;
 
     /// A passage deleted from a segment that a later generation keeps (with the
@@ -225,5 +240,65 @@ mod tests {
                 .nearest(&[1.0, 0.0], 3),
             near
         );
+    }
+
+    /// One segment of `n` clustered passages, `path` `p<i>`, in a fresh index.
+    fn segment_of(
+        n: usize,
+    ) -> (
+        Index,
+        tantivy::IndexWriter,
+        crate::knowledge::fields::Fields,
+    ) {
+        let (schema, fields) = schema();
+        let index = Index::create_in_ram(schema);
+        let mut writer: tantivy::IndexWriter =
+            index.writer_with_num_threads(1, 15_000_000).unwrap();
+        for (i, vector) in synthetic(n, 16, 10, 11).iter().enumerate() {
+            let mut doc = TantivyDocument::new();
+            doc.add_text(fields.path, format!("p{i}"));
+            doc.add_bytes(fields.vector, &encode(vector));
+            writer.add_document(doc).unwrap();
+        }
+        writer.commit().unwrap();
+        (index, writer, fields)
+    }
+
+    /// Through a graph as by the scan: the same passages for a question near
+    /// them, never a deleted one, and a segment with too many dead scanned.
+    #[test]
+    fn a_segment_s_graph_answers_as_its_scan_and_skips_the_dead() {
+        let (index, mut writer, fields) = segment_of(400);
+        let reader = index.reader().unwrap();
+        // Passage 27 itself, deleted from the second round on.
+        let question = &synthetic(400, 16, 10, 11)[27];
+        for (dead, scanned) in [(0, false), (20, false), (120, true)] {
+            for i in 0..dead {
+                writer.delete_term(Term::from_field_text(fields.path, &format!("p{}", i * 3)));
+            }
+            writer.commit().unwrap();
+            reader.reload().unwrap();
+            let walked = Dense::read_with(reader.searcher(), None, 100)
+                .unwrap()
+                .unwrap();
+            assert!(walked.segments[0].vectors.graph.is_some());
+            let segment = reader.searcher().segment_reader(0).clone();
+            assert_eq!(!mostly_alive(&segment), scanned, "{dead} dead");
+            let exact = Dense::read_with(reader.searcher(), None, usize::MAX)
+                .unwrap()
+                .unwrap();
+            let (near, best) = (walked.nearest(question, 5), exact.nearest(question, 5));
+            assert_eq!(near.len(), 5);
+            let alive = segment.alive_bitset();
+            assert!(
+                near.iter()
+                    .all(|(a, _)| alive.is_none_or(|b| b.is_alive(a.doc_id)))
+            );
+            let same = near
+                .iter()
+                .filter(|n| best.iter().any(|b| b.0 == n.0))
+                .count();
+            assert!(same >= 4, "{near:?} against {best:?}");
+        }
     }
 }

@@ -48,9 +48,12 @@ impl Rows {
         rows
     }
 
-    /// Adds `vector` (of this set's size) as the passage `doc`'s.
+    /// Adds `vector` as the passage `doc`'s; one of another size is left out
+    /// (it would shift every later row).
     pub fn push(&mut self, vector: &[f32], doc: u32) {
-        debug_assert_eq!(vector.len(), self.dim);
+        if vector.len() != self.dim {
+            return;
+        }
         let top = vector.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);
         let scale = top / 127.0;
         self.quants

@@ -2,7 +2,7 @@
 //! `<data_dir>/knowledge/<site>`, with each passage's vector stored beside its
 //! text when embedding is on (SPEC §21). Building and updating it is
 //! `ingest.rs`; searching it is here: BM25 over the text, and the vectors kept in
-//! memory (`dense.rs`) for the search by meaning.
+//! memory (`dense/`) for the search by meaning.
 
 mod ingest;
 
@@ -122,12 +122,14 @@ impl SiteIndex {
     /// Reads the latest generation's passages and vectors into memory.
     fn read_generation(&self) -> anyhow::Result<()> {
         let searcher = self.reader.searcher();
-        self.texts.read(&searcher, self.fields)?;
         // The segments this generation shares with the last keep their vectors
-        // and graphs.
+        // and graphs. The vectors come first: building a new segment's graph
+        // takes seconds, during which searches keep the old generation whole,
+        // text included, rather than meeting text of a newer one.
         let before = self.dense();
-        let dense = Dense::read(searcher, before.as_deref())?.map(Arc::new);
+        let dense = Dense::read(searcher.clone(), before.as_deref())?.map(Arc::new);
         *self.dense.write().unwrap_or_else(|e| e.into_inner()) = dense;
+        self.texts.read(&searcher, self.fields)?;
         Ok(())
     }
 
