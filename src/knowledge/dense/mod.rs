@@ -23,9 +23,10 @@ pub use rows::{Rows, decode, encode, synthetic};
 /// A segment of this many passages or more is searched through its graph
 /// rather than scanned. On clustered vectors the walk passes the scan between
 /// 10,000 and 50,000 passages (0.74 against 0.35 ms at 50,000), but building
-/// the graph takes about 0.45 ms of one thread a passage (44 s for 100,000), in the reload that follows an ingest or a merge, and
-/// on unclustered vectors a site of 100,000 passages in several segments
-/// searched slower through graphs than by scanning. At 100,000 the scan takes
+/// the graph takes about 0.45 ms of one thread a passage (44 s for 100,000),
+/// in the reload that follows an ingest or a merge, and on unclustered vectors
+/// a site of 100,000 passages in several segments searched slower through
+/// graphs than by scanning. At 100,000 the scan takes
 /// 1.6 ms and the walk 0.24 (BENCHMARKS.md, "An approximate index for the
 /// search by meaning").
 pub const GRAPH_MIN: usize = 100_000;
