@@ -156,11 +156,28 @@ mod tests {
         assert!(recall >= 0.9, "recall of the exact top 8: {recall}");
     }
 
+    /// Two builds of the same vectors answer every question alike, 40 deep. A
+    /// build on rayon's two global threads links passages in whatever order the
+    /// threads get there, and failed this in three runs of three.
     #[test]
-    fn dropped_passages_are_not_found_and_the_same_vectors_give_the_same_answers() {
+    fn the_same_vectors_give_the_same_answers() {
+        // Each vector its own topic: no clusters, the walk's hardest case,
+        // where answers depend most on how passages were linked. The last 50
+        // are questions, not in the graph.
+        let vectors = synthetic(8_050, 32, 8_050, 5);
+        let rows = rows(&vectors[..8_000]);
+        let (a, b) = (Graph::build(&rows), Graph::build(&rows));
+        for q in &vectors[8_000..] {
+            let q = Arc::new(Rows::question(q));
+            assert_eq!(a.nearest(&q, 40, |_| true), b.nearest(&q, 40, |_| true));
+        }
+    }
+
+    #[test]
+    fn dropped_passages_are_not_found() {
         let vectors = synthetic(1_000, 32, 10, 3);
         let rows = rows(&vectors);
-        let (a, b) = (Graph::build(&rows), Graph::build(&rows));
+        let a = Graph::build(&rows);
         let q = Arc::new(Rows::question(&vectors[5]));
         let found = a.nearest(&q, 8, |doc| doc % 3 == 0);
         assert!(
@@ -169,7 +186,6 @@ mod tests {
         );
         let first = a.nearest(&q, 8, |_| true);
         assert_eq!(first[0].0, 5, "a passage is its own nearest");
-        assert_eq!(first, b.nearest(&q, 8, |_| true));
         assert!(
             a.nearest(&Arc::new(Rows::new(32)), 8, |_| true).is_empty(),
             "no question row"

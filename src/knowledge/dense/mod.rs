@@ -242,6 +242,35 @@ mod tests {
         );
     }
 
+    /// A cut first row does not set the segment's size: the rows after it,
+    /// whole, are still searched (the first row's length used to decide, and a
+    /// cut one left the whole segment to BM25).
+    #[test]
+    fn a_cut_first_vector_leaves_the_rest_of_its_segment_searched() {
+        let (schema, fields) = schema();
+        let index = Index::create_in_ram(schema);
+        let mut writer: tantivy::IndexWriter =
+            index.writer_with_num_threads(1, 15_000_000).unwrap();
+        let rows = [
+            encode(&[1.0, 0.0])[..5].to_vec(),
+            encode(&[0.8, 0.6]),
+            encode(&[0.0, 1.0]),
+        ];
+        for (i, bytes) in rows.iter().enumerate() {
+            let mut doc = TantivyDocument::new();
+            doc.add_text(fields.path, format!("p{i}"));
+            doc.add_bytes(fields.vector, bytes);
+            writer.add_document(doc).unwrap();
+        }
+        writer.commit().unwrap();
+        let dense = Dense::read(index.reader().unwrap().searcher(), None)
+            .unwrap()
+            .expect("the whole rows are read");
+        let near = dense.nearest(&[1.0, 0.0], 3);
+        let docs: Vec<u32> = near.iter().map(|(a, _)| a.doc_id).collect();
+        assert_eq!(docs, vec![1, 2], "{near:?}");
+    }
+
     /// One segment of `n` clustered passages, `path` `p<i>`, in a fresh index.
     fn segment_of(
         n: usize,

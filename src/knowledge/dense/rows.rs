@@ -216,6 +216,8 @@ mod tests {
         assert!((found[0].1 - 0.994).abs() < 0.01, "{found:?}");
         let kept: Vec<u32> = rows.exact(&q, 3, |d| d != 10).iter().map(|f| f.0).collect();
         assert_eq!(kept, vec![12, 11, 13]);
+        rows.push(&[1.0, 0.0], 99);
+        assert_eq!(rows.len(), 4, "a vector of another size is left out");
         assert!(
             rows.exact(&Rows::question(&[1.0, 0.0]), 3, |_| true)
                 .is_empty(),
