@@ -201,22 +201,12 @@ mod tests {
     /// vectors are not read again.
     #[test]
     fn a_kept_segment_s_deleted_passage_is_not_found() {
-        let (schema, fields) = schema();
-        let index = Index::create_in_ram(schema);
-        // One thread: one segment holding every passage.
-        let mut writer: tantivy::IndexWriter =
-            index.writer_with_num_threads(1, 15_000_000).unwrap();
-        for (path, vector) in [("a", [1.0, 0.0]), ("b", [0.8, 0.6]), ("c", [0.0, 1.0])] {
-            let mut doc = TantivyDocument::new();
-            doc.add_text(fields.path, path);
-            doc.add_bytes(fields.vector, &encode(&vector));
-            writer.add_document(doc).unwrap();
-        }
-        writer.commit().unwrap();
+        let rows = [[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]].map(|v| encode(&v));
+        let (index, mut writer, fields) = segment_of(&rows);
         let reader = index.reader().unwrap();
         let first = Dense::read(reader.searcher(), None).unwrap().unwrap();
         assert_eq!(first.nearest(&[1.0, 0.0], 3).len(), 3);
-        writer.delete_term(Term::from_field_text(fields.path, "a"));
+        writer.delete_term(Term::from_field_text(fields.path, "p0"));
         writer.commit().unwrap();
         reader.reload().unwrap();
         let second = Dense::read(reader.searcher(), Some(&first))
@@ -231,7 +221,7 @@ mod tests {
         assert_eq!(near.len(), 2, "{near:?}");
         assert!(
             (near[0].1 - 0.8).abs() < 0.01,
-            "b is now the nearest: {near:?}"
+            "p1 is now the nearest: {near:?}"
         );
         assert_eq!(
             Dense::read(reader.searcher(), None)
@@ -247,22 +237,12 @@ mod tests {
     /// cut one left the whole segment to BM25).
     #[test]
     fn a_cut_first_vector_leaves_the_rest_of_its_segment_searched() {
-        let (schema, fields) = schema();
-        let index = Index::create_in_ram(schema);
-        let mut writer: tantivy::IndexWriter =
-            index.writer_with_num_threads(1, 15_000_000).unwrap();
         let rows = [
             encode(&[1.0, 0.0])[..5].to_vec(),
             encode(&[0.8, 0.6]),
             encode(&[0.0, 1.0]),
         ];
-        for (i, bytes) in rows.iter().enumerate() {
-            let mut doc = TantivyDocument::new();
-            doc.add_text(fields.path, format!("p{i}"));
-            doc.add_bytes(fields.vector, bytes);
-            writer.add_document(doc).unwrap();
-        }
-        writer.commit().unwrap();
+        let (index, _, _) = segment_of(&rows);
         let dense = Dense::read(index.reader().unwrap().searcher(), None)
             .unwrap()
             .expect("the whole rows are read");
@@ -271,9 +251,10 @@ mod tests {
         assert_eq!(docs, vec![1, 2], "{near:?}");
     }
 
-    /// One segment of `n` clustered passages, `path` `p<i>`, in a fresh index.
+    /// A fresh index of one segment (one writer thread), passage `i` at path
+    /// `p<i>` with the vector bytes `rows[i]`, and its writer for deletes.
     fn segment_of(
-        n: usize,
+        rows: &[Vec<u8>],
     ) -> (
         Index,
         tantivy::IndexWriter,
@@ -283,10 +264,10 @@ mod tests {
         let index = Index::create_in_ram(schema);
         let mut writer: tantivy::IndexWriter =
             index.writer_with_num_threads(1, 15_000_000).unwrap();
-        for (i, vector) in synthetic(n, 16, 10, 11).iter().enumerate() {
+        for (i, bytes) in rows.iter().enumerate() {
             let mut doc = TantivyDocument::new();
             doc.add_text(fields.path, format!("p{i}"));
-            doc.add_bytes(fields.vector, &encode(vector));
+            doc.add_bytes(fields.vector, bytes);
             writer.add_document(doc).unwrap();
         }
         writer.commit().unwrap();
@@ -297,10 +278,12 @@ mod tests {
     /// them, never a deleted one, and a segment with too many dead scanned.
     #[test]
     fn a_segment_s_graph_answers_as_its_scan_and_skips_the_dead() {
-        let (index, mut writer, fields) = segment_of(400);
+        let vectors = synthetic(400, 16, 10, 11);
+        let rows: Vec<Vec<u8>> = vectors.iter().map(|v| encode(v)).collect();
+        let (index, mut writer, fields) = segment_of(&rows);
         let reader = index.reader().unwrap();
         // Passage 27 itself, deleted from the second round on.
-        let question = &synthetic(400, 16, 10, 11)[27];
+        let question = &vectors[27];
         for (dead, scanned) in [(0, false), (20, false), (120, true)] {
             for i in 0..dead {
                 writer.delete_term(Term::from_field_text(fields.path, &format!("p{}", i * 3)));
