@@ -125,6 +125,14 @@ impl PanelWeights for Q4Matrix {
 pub(crate) unsafe fn product<W: PanelWeights>(m: &W, x: &[f32], tokens: usize, out: &mut [f32]) {
     let bpr = m.blocks_per_row();
     let (x, _) = x.as_chunks::<BLOCK>();
+    let workers = rayon::current_num_threads();
+    if tokens.div_ceil(PANEL) < workers && m.rows() >= SPLIT_FROM_ROWS {
+        for (out, x) in out.chunks_mut(PANEL * m.rows()).zip(x.chunks(PANEL * bpr)) {
+            // SAFETY: as for this function.
+            unsafe { rows_shared(m, x, bpr, out, workers) };
+        }
+        return;
+    }
     // Each task takes one panel of tokens and writes only those tokens' outputs,
     // which are contiguous, so tasks share nothing but the weights.
     out.par_chunks_mut(PANEL * m.rows())
@@ -156,14 +164,80 @@ pub(crate) struct Panel {
 unsafe fn panel_product<W: PanelWeights>(m: &W, panel: &Panel, out: &mut [f32]) {
     let rows = m.rows();
     let tokens = out.len() / rows;
-    let whole = rows - rows % TILE;
+    let mut lanes = [[0f32; PANEL]; TILE];
+    for first in (0..rows).step_by(TILE) {
+        let part = &mut lanes[..TILE.min(rows - first)];
+        // SAFETY: the caller found the features (this function's own condition).
+        unsafe { panel_rows(m, first, panel, part) };
+        for (i, lanes) in part.iter().enumerate() {
+            for (t, value) in lanes.iter().take(tokens).enumerate() {
+                out[t * rows + first + i] = *value;
+            }
+        }
+    }
+}
+
+/// Rows from `first` against one panel, one row's sixteen token lanes in each
+/// of `lanes`.
+///
+/// # Safety
+///
+/// As for [`product`].
+unsafe fn panel_rows<W: PanelWeights>(
+    m: &W,
+    first: usize,
+    panel: &Panel,
+    lanes: &mut [[f32; PANEL]],
+) {
+    let mut tiles = lanes.chunks_exact_mut(TILE);
+    let mut row = first;
     // SAFETY: the caller found the features (this function's own condition).
     unsafe {
-        for row in (0..whole).step_by(TILE) {
-            vnni::tile::<TILE, W>(m, row, panel, tokens, out);
+        for tile in &mut tiles {
+            tile.copy_from_slice(&vnni::tile::<TILE, W>(m, row, panel));
+            row += TILE;
         }
-        for row in whole..rows {
-            vnni::tile::<1, W>(m, row, panel, tokens, out);
+        for lanes in tiles.into_remainder() {
+            *lanes = vnni::tile::<1, W>(m, row, panel)[0];
+            row += 1;
+        }
+    }
+}
+
+/// Fewer panels than workers (a question, or a prompt's few new tokens) would
+/// leave workers idle with one panel each, so a panel's rows are shared among
+/// them instead, when it has at least this many. A question's embedding on one
+/// panel with its rows shared took 0.66–0.85× its time on the expanded 8-bit
+/// rows of two workers (BENCHMARKS.md, "A question on the 8-bit product").
+const SPLIT_FROM_ROWS: usize = 64;
+
+/// One panel's tokens (`x`) against `m`, its rows shared among `workers`, each
+/// filling a row-major part; then turned token-major into `out`.
+///
+/// # Safety
+///
+/// As for [`product`].
+unsafe fn rows_shared<W: PanelWeights>(
+    m: &W,
+    x: &[[f32; BLOCK]],
+    bpr: usize,
+    out: &mut [f32],
+    workers: usize,
+) {
+    let rows = m.rows();
+    let tokens = out.len() / rows;
+    // SAFETY: as for this function.
+    let panel = unsafe { vnni::quantize_panel(x, bpr) };
+    let part = rows.div_ceil(workers).next_multiple_of(TILE);
+    let mut by_row = vec![[0f32; PANEL]; rows];
+    by_row
+        .par_chunks_mut(part)
+        .enumerate()
+        // SAFETY: as for this function.
+        .for_each(|(i, lanes)| unsafe { panel_rows(m, i * part, &panel, lanes) });
+    for (r, lanes) in by_row.iter().enumerate() {
+        for (t, value) in lanes.iter().take(tokens).enumerate() {
+            out[t * rows + r] = *value;
         }
     }
 }
@@ -240,17 +314,15 @@ mod vnni {
         }
     }
 
-    /// Rows `first..first + R` against one panel, written to `out[t * rows + r]`
-    /// for the panel's `tokens`.
+    /// Rows `first..first + R` against one panel: each row's sixteen lanes, one
+    /// per token of the panel.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
     pub(super) fn tile<const R: usize, W: PanelWeights>(
         m: &W,
         first: usize,
         panel: &Panel,
-        tokens: usize,
-        out: &mut [f32],
-    ) {
-        let (bpr, rows) = (m.blocks_per_row(), m.rows());
+    ) -> [[f32; PANEL]; R] {
+        let bpr = m.blocks_per_row();
         let mut acc = [_mm512_setzero_ps(); R];
         let blocks = panel.quants.iter().zip(&panel.scales).zip(&panel.sums);
         for (b, ((quants, x_scale), x_sum)) in blocks.enumerate() {
@@ -281,13 +353,11 @@ mod vnni {
                 }
             }
         }
-        for (i, acc) in acc.iter().enumerate() {
-            let mut lanes = [0f32; PANEL];
+        let mut lanes = [[0f32; PANEL]; R];
+        for (lanes, acc) in lanes.iter_mut().zip(&acc) {
             // SAFETY: sixteen f32, a whole register, unaligned store.
             unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), *acc) };
-            for (t, value) in lanes.iter().take(tokens).enumerate() {
-                out[t * rows + first + i] = *value;
-            }
         }
+        lanes
     }
 }

@@ -94,16 +94,28 @@ pub(crate) fn expand_blocks(scales: &[f32], quants: &[[i8; BLOCK]], out: &mut [f
 /// The dot product of `query` with each row of `rows` (8-bit integers, `query.len()`
 /// each), into `out`: the search of passage vectors by meaning (SPEC §21). Compiled
 /// for AVX2 and AVX-512 too, where the widening multiply-adds fill whole registers;
-/// the crate's baseline build would do one lane at a time.
+/// the crate's baseline build would do one lane at a time. More than
+/// `SCAN_ROWS_PER_TASK` rows are shared among the kernels' workers.
 pub fn dot_i8_rows(query: &[i8], rows: &[i8], out: &mut [i32]) -> Result<(), ShapeError> {
     let dim = query.len();
     if dim == 0 {
         return Err(ShapeError::Columns(0));
     }
     check_len(out.len() * dim, rows.len())?;
-    dot_i8_all(query, rows, out);
+    if out.len() <= SCAN_ROWS_PER_TASK {
+        dot_i8_all(query, rows, out);
+        return Ok(());
+    }
+    out.par_chunks_mut(SCAN_ROWS_PER_TASK)
+        .zip(rows.par_chunks(SCAN_ROWS_PER_TASK * dim))
+        .for_each(|(out, rows)| dot_i8_all(query, rows, out));
     Ok(())
 }
+
+/// Rows of a scan per task: 768 KB of 384-byte vectors, so a task is worth
+/// more than handing it to another worker (some microseconds, more when that
+/// worker sleeps).
+const SCAN_ROWS_PER_TASK: usize = 2_048;
 
 #[multiversion(targets(
     "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",

@@ -67,7 +67,8 @@ fn matches_reference(
 proptest! {
     #[test]
     fn eight_bit_dot_products_match_plain_sums(
-        (dim, rows) in (1usize..400, 0usize..20),
+        // Past 2,048 rows the scan is shared among the workers.
+        (dim, rows) in (1usize..400, prop_oneof![0usize..20, 2_040usize..4_200]),
         seed in any::<u64>(),
     ) {
         let mut state = seed;
@@ -349,4 +350,33 @@ fn work_run_on_the_workers_runs_on_a_pool_thread_and_gives_its_result() {
     let (index, sum) = on_workers(|| (rayon::current_thread_index(), 2 + 2));
     assert!(index.is_some(), "ran on the caller's own thread");
     assert_eq!(sum, 4);
+}
+
+/// `work` on a pool of `threads` workers of its own, so that a product sees that
+/// many whatever the machine has.
+fn on_pool<R: Send>(threads: usize, work: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+        .install(work)
+}
+
+proptest! {
+    /// A panel's rows shared among workers (fewer panels than workers) give the
+    /// very product of one worker doing them all: the same sums, in the same order.
+    #[test]
+    fn a_few_tokens_rows_shared_among_workers_give_one_worker_s_product(
+        (rows, cols, tokens, values, x) in case_in(60..140, 1..4, 1..40)
+    ) {
+        let m = Q8Matrix::quantize(rows, cols, &values).unwrap();
+        let mut alone = vec![f32::NAN; rows * tokens];
+        on_pool(1, || m.product(&x, tokens, &mut alone)).unwrap();
+        for threads in [2, 3] {
+            let mut shared = vec![f32::NAN; rows * tokens];
+            on_pool(threads, || m.product(&x, tokens, &mut shared)).unwrap();
+            let same = alone.iter().zip(&shared).all(|(a, b)| a.to_bits() == b.to_bits());
+            prop_assert!(same, "{threads} workers: {shared:?} against {alone:?}");
+        }
+    }
 }

@@ -63,7 +63,10 @@ impl Knowledge {
                 let report = ingest_site(&config.server.data_dir, site, embedding.clone()).await?;
                 log_report(&site.id, &report);
             }
-            sites.insert(site.id.clone(), Arc::new(index::SiteIndex::open(&dir)?));
+            // Opening reads every vector and builds the graphs of large
+            // segments (seconds a 100,000 passages): not on an async thread.
+            let index = tokio::task::spawn_blocking(move || index::SiteIndex::open(&dir)).await??;
+            sites.insert(site.id.clone(), Arc::new(index));
         }
         Ok(Knowledge {
             sites: RwLock::new(sites),
@@ -180,11 +183,16 @@ async fn hybrid(
     }
     let owned = question.to_string();
     let depth = DEPTH.max(limit);
+    let asked = std::time::Instant::now();
     let near = {
         let dense = dense.clone();
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let vector = embedding.embed_one(&owned)?;
-            Ok(dense.nearest(&vector, depth))
+            let started = std::time::Instant::now();
+            embedding.embed_one_then(&owned, |vector| {
+                let embedded = std::time::Instant::now();
+                let near = dense.nearest(&vector, depth);
+                (near, [started, embedded, std::time::Instant::now()])
+            })
         })
     };
     let bm25 = if mode == Mode::Dense {
@@ -196,8 +204,23 @@ async fn hybrid(
         tokio::task::spawn_blocking(move || index.bm25(&dense.searcher, &question, depth, true))
             .await??
     };
+    let bm25_at = std::time::Instant::now();
     let near = match near.await? {
-        Ok(near) => near,
+        Ok((near, [started, embedded, found])) => {
+            let us = |from: std::time::Instant, to: std::time::Instant| {
+                to.saturating_duration_since(from).as_micros() as u64
+            };
+            tracing::debug!(
+                target: "deskbell::first_token",
+                queued_us = us(asked, started),
+                embed_us = us(started, embedded),
+                nearest_us = us(embedded, found),
+                bm25_us = us(asked, bm25_at),
+                joined_us = us(found, std::time::Instant::now()),
+                "hybrid search"
+            );
+            near
+        }
         Err(e) => {
             // The model failing on one question leaves it to BM25.
             tracing::warn!(error = format!("{e:#}"), "a question could not be embedded");

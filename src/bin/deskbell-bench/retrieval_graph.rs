@@ -2,14 +2,17 @@
 //! for itself (SPEC §21, `knowledge::dense::GRAPH_MIN`). For each size, one
 //! segment's worth of 384-dimension unit vectors around a thousand topics, the
 //! question's exact scan against the graph's walk (latency and the share of the
-//! exact top 8 the walk finds), and the graph's building time (on a thread of its own).
+//! exact top 8 the walk finds), the graph's building time (on a thread of its
+//! own) and its memory: the resident growth while it is held, the vectors
+//! already read (an upper bound: the allocator may keep some of the build's
+//! freed scratch).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use deskbell::knowledge::dense::{Graph, Rows, synthetic};
 
-use crate::stats::{Samples, ms, report};
+use crate::stats::{Samples, ms, report, rss_mib};
 
 pub fn figures(quick: bool) {
     let sizes: &[usize] = if quick {
@@ -25,9 +28,11 @@ pub fn figures(quick: bool) {
             rows.push(v, doc as u32);
         }
         let rows = Arc::new(rows);
+        let before = rss_mib("self");
         let started = Instant::now();
         let graph = Graph::build(&rows);
         let built = started.elapsed();
+        let held = rss_mib("self") - before;
         let (mut exact, mut walk, mut hits) = (Samples::default(), Samples::default(), 0);
         // A question asks each search for 40 (`knowledge::DEPTH`): the walk's
         // share of the exact top 40 too, outside the timing.
@@ -56,14 +61,15 @@ pub fn figures(quick: bool) {
         report(
             &format!("nearest 8 of {n} vectors: exact scan · graph walk"),
             &format!(
-                "p50 {} · {}, p99 {} · {}; the walk finds {:.3} of the exact top 8 and {:.3} of the top 40; graph built in {:.1} s on one thread",
+                "p50 {} · {}, p99 {} · {}; the walk finds {:.3} of the exact top 8 and {:.3} of the top 40; graph built in {:.1} s on one thread, {:.1} MiB resident more",
                 ms(exact.p50()),
                 ms(walk.p50()),
                 ms(exact.p99()),
                 ms(walk.p99()),
                 hits as f64 / (8 * exact.len()) as f64,
                 hits_40 as f64 / (40 * exact.len()) as f64,
-                built.as_secs_f64()
+                built.as_secs_f64(),
+                held
             ),
             "",
         );

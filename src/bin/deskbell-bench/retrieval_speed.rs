@@ -177,6 +177,20 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
         &format!("p50 {} p99 {}", ms(cold.p50()), ms(cold.p99())),
         "",
     );
+    // A server's question comes after the model's 50 ms or more, in which the
+    // kernels' workers fall asleep and their cores idle.
+    let mut paused = Samples::default();
+    for q in questions.iter().take(60) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let t = Instant::now();
+        embedding.embed_one(q)?;
+        paused.push(t.elapsed());
+    }
+    report(
+        "embedding one question (2 to 5 made-up words) after a 50 ms pause",
+        &format!("p50 {} p99 {}", ms(paused.p50()), ms(paused.p99())),
+        "",
+    );
     let mut search = Samples::default();
     for q in &questions {
         let t = Instant::now();

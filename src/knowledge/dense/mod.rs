@@ -33,10 +33,10 @@ pub const GRAPH_MIN: usize = 100_000;
 
 /// A segment with more than this share of its passages deleted is scanned even
 /// when it has a graph: a walk looks at `EF_SEARCH` passages, and too many of
-/// them could be dead. Only a merge drops dead documents, and tantivy's default
-/// policy merges a large segment only beside others of its size, so such a
-/// segment may be scanned (and keep its graph) for a long time.
-const GRAPH_MAX_DEAD: f64 = 0.2;
+/// them could be dead. Only a merge drops dead documents; the ingest's merge
+/// policy (`index::ingest::merge_policy`) merges any segment past this share,
+/// so such a segment is scanned only until that merge ends.
+pub(super) const GRAPH_MAX_DEAD: f64 = 0.2;
 
 /// The vectors of one generation, with the searcher they were read from, so that
 /// a question's two searches and its passages' text all come from one generation.

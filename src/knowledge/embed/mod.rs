@@ -82,6 +82,23 @@ impl Embedding {
         }
     }
 
+    /// A question's vector, then `then` with it, both on one of the kernels'
+    /// workers: the search by meaning runs on the core the embedding has just
+    /// woken and warmed, and may share its scan with the other worker there.
+    pub fn embed_one_then<R: Send>(
+        &self,
+        text: &str,
+        then: impl FnOnce(Vec<f32>) -> R + Send,
+    ) -> anyhow::Result<R> {
+        #[cfg(feature = "local-model")]
+        return deskbell_kernels::on_workers(|| self.model.embed_question(text).map(then));
+        #[cfg(not(feature = "local-model"))]
+        {
+            let _ = (text, then);
+            anyhow::bail!("this build has no embedding model")
+        }
+    }
+
     /// A question's vector.
     pub fn embed_one(&self, text: &str) -> anyhow::Result<Vec<f32>> {
         #[cfg(feature = "local-model")]

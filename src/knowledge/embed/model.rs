@@ -242,9 +242,10 @@ mod tests {
         assert!(cosine(&v[0], &v[6]) > cosine(&v[0], &v[2]) + 0.05);
         // Alone and among others give the same vector.
         assert_eq!(model.embed_question(texts[1]).unwrap(), v[1]);
-        // Every text points where candle's f32 model points: through 8 bits (a
-        // short text's rows, or a long one's product where the CPU has VNNI)
-        // within their rounding, through the f32 GEMM within f32 rounding.
+        // Every text points where candle's f32 model points: through 8 bits (the
+        // product of any text where the CPU has VNNI, a short text's rows
+        // elsewhere) within their rounding, through the f32 GEMM within f32
+        // rounding.
         for ((text, ours), theirs) in texts.iter().zip(&v).zip(reference(&dir, &texts)) {
             let similar = cosine(ours, &theirs);
             let tokens = model.tokenizer.encode(*text, true).unwrap().len();

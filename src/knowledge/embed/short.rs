@@ -1,18 +1,19 @@
 //! The embedding model's encoder (BERT) on Deskbell's kernels
 //! (`deskbell-kernels`), with its weights kept in 8 bits and in f32.
 //!
-//! A question is a few tokens, and for a few tokens candle's f32 GEMM spends more
-//! time packing than multiplying: all-MiniLM-L6-v2 took 12 ms a question there.
-//! `Q8Matrix::matmul_rows_expanded` reads each weight once, a quarter of the
-//! bytes of f32, expands its row and multiplies it by every token, on both cores
-//! (BENCHMARKS.md, "Hybrid retrieval").
+//! Where the CPU has AVX-512 VNNI, every text's tokens are rounded to 8 bits too
+//! and multiplied in integers (`Q8Matrix::product`, as a chat prompt is; within
+//! a cosine of 0.9997 of f32 on a real passage), and the f32 weights are not
+//! kept. A passage is hundreds of tokens, one passage per worker; a question is
+//! one panel of up to sixteen tokens, whose rows the product shares among the
+//! workers (BENCHMARKS.md, "A question on the 8-bit product").
 //!
-//! A passage is hundreds of tokens, where each weight meets many tokens, one
-//! passage per worker: where the CPU has AVX-512 VNNI, the tokens are rounded to
-//! 8 bits too and multiplied in integers (`Q8Matrix::product`, as a chat prompt
-//! is; within a cosine of 0.9997 of f32 on a real passage), and the f32 weights
-//! are not kept; elsewhere the f32 weights go through an f32 GEMM (`long.rs`).
-//! Attention is f32 on the GEMM either way.
+//! Elsewhere a question (a few tokens, where candle's f32 GEMM spent more time
+//! packing than multiplying: 12 ms a question) takes
+//! `Q8Matrix::matmul_rows_expanded`, which reads each weight once, a quarter of
+//! the bytes of f32, expands its row and multiplies it by every token, on both
+//! cores; a passage takes the f32 weights on an f32 GEMM (`long.rs`). Attention
+//! is f32 either way.
 //!
 //! BERT as in the original (post-norm): embeddings and a layer norm, then per
 //! layer self-attention over every token (no mask: one text, no padding), add
@@ -24,8 +25,9 @@ use anyhow::Context;
 use candle_core::{Device, Tensor};
 use deskbell_kernels::{Q8Matrix, elementwise};
 
-/// Texts up to this many tokens take the 8-bit rows (`matmul_rows_expanded`) on
-/// both workers; longer ones the 8-bit product (VNNI) or the f32 GEMM, on one.
+/// Without VNNI, texts up to this many tokens take the 8-bit rows
+/// (`matmul_rows_expanded`) on both workers and longer ones the f32 GEMM, on
+/// one; attention takes the GEMM past it everywhere.
 pub const SHORT_TOKENS: usize = 48;
 
 struct Norm {
@@ -210,13 +212,13 @@ impl Short {
 }
 
 fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
-    let long = n > SHORT_TOKENS;
-    if long && !deskbell_kernels::has_int8_product() {
+    let int8 = deskbell_kernels::has_int8_product();
+    if n > SHORT_TOKENS && !int8 {
         return super::long::linear(&dense.full, &dense.bias, x, n);
     }
     let rows = dense.weight.rows();
     let mut out = vec![0f32; n * rows];
-    let product = if long {
+    let product = if int8 {
         dense.weight.product(x, n, &mut out)
     } else {
         dense.weight.matmul_rows_expanded(x, n, &mut out)

@@ -130,6 +130,7 @@ fn update(
     let index = Index::open_in_dir(dir)?;
     let (_, f) = schema();
     let mut writer: tantivy::IndexWriter = index.writer(WRITER_MEMORY)?;
+    writer.set_merge_policy(Box::new(merge_policy()));
     let mut manifest = BTreeMap::new();
     let mut new = Vec::new();
     let mut changed = Vec::new();
@@ -184,6 +185,17 @@ fn update(
     writer.commit()?;
     writer.wait_merging_threads()?;
     Ok(manifest)
+}
+
+/// tantivy's default policy, except that a segment with more than a fifth of
+/// its passages dead is merged (rewritten without them) even when too few
+/// segments share its size: the default never merges for deletes alone, and
+/// such a segment would keep its dead passages' vectors in memory and be
+/// scanned rather than walked for as long as it lasts (`dense::GRAPH_MAX_DEAD`).
+fn merge_policy() -> tantivy::merge_policy::LogMergePolicy {
+    let mut policy = tantivy::merge_policy::LogMergePolicy::default();
+    policy.set_del_docs_ratio_before_merge(super::super::dense::GRAPH_MAX_DEAD as f32);
+    policy
 }
 
 /// The new passages' vectors, or `None` when embedding is off or failed (the

@@ -403,3 +403,40 @@ fn a_new_generation_keeps_its_segments_vectors_and_never_finds_a_deleted_passage
         .collect();
     assert!(texts.iter().any(|t| t.contains("step 2")), "{texts:?}");
 }
+
+/// A segment with more than a fifth of its passages dead is merged away at the
+/// ingest that killed them, though too few segments share its size for
+/// tantivy's default policy, which would have kept it (dead vectors in memory,
+/// scanned rather than walked) until enough others came.
+#[test]
+fn a_segment_with_a_fifth_of_its_passages_dead_is_merged_away() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().join("knowledge").join("acme");
+    let docs = |version: u32| {
+        (0..100)
+            .map(|i| {
+                // Every other document changes in the second ingest.
+                let v = if i % 2 == 0 { version } else { 0 };
+                document(
+                    &format!("kettle-{i}.md"),
+                    &format!("The kettle number {i}, step {v}."),
+                    v,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    ingest(&dir, docs(1), Vec::new(), Some(&Topics)).unwrap();
+    let report = ingest(&dir, docs(2), Vec::new(), Some(&Topics)).unwrap();
+    assert_eq!((report.updated, report.unchanged), (50, 50), "{report:?}");
+    let index = SiteIndex::open(&dir).unwrap();
+    let dense = index.dense().expect("vectors were read");
+    for segment in dense.searcher.segment_readers() {
+        assert!(
+            segment.num_deleted_docs() * 5 <= segment.max_doc(),
+            "a segment keeps {} dead of {}",
+            segment.num_deleted_docs(),
+            segment.max_doc()
+        );
+    }
+    assert_eq!(index.search("kettle step", 200).unwrap().len(), 100);
+}
