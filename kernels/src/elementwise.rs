@@ -23,7 +23,8 @@ pub fn exp(x: f32) -> f32 {
     // rounding instruction the baseline lacks.
     const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
+    let biased = x * LOG2E + ROUND;
+    let n = biased - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
     let p = 1.987_569_2e-4;
     let p = p * r + 1.398_199_9e-3;
@@ -32,8 +33,14 @@ pub fn exp(x: f32) -> f32 {
     let p = p * r + 0.166_666_65;
     let p = p * r + 0.5;
     let er = p * r * r + r + 1.0;
-    // n is within −126…127 after the clamp, so 2ⁿ is a normal float.
-    let two_n = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // n is within −126…127 after the clamp, so 2ⁿ is a normal float. The
+    // integer n is read from `biased`'s low bits, where the rounding left it:
+    // `n as i32` saturates (not a number gives 0), which the compiler did lane
+    // by lane, a compare and a conditional move each, and that was most of a
+    // softmax's time. (Not a number gives a wrong power here, but `er` is not a
+    // number then, and so is the result.)
+    let n_bits = biased.to_bits().wrapping_sub(ROUND.to_bits());
+    let two_n = f32::from_bits(n_bits.wrapping_add(127) << 23);
     er * two_n
 }
 

@@ -340,11 +340,18 @@ mod vnni {
             for (i, acc) in acc.iter_mut().enumerate() {
                 let k = (first + i) * bpr + b;
                 let (dwords, w_sum) = m.dwords(k);
-                // Start from the correction for the tokens' +128.
-                let mut sum = _mm512_set1_epi32(-128 * w_sum);
-                for (x, dword) in x.iter().zip(dwords) {
-                    sum = _mm512_dpbusd_epi32(sum, *x, _mm512_set1_epi32(dword));
+                // Two running sums, of the even dwords and of the odd ones: each
+                // `vpdpbusd` waits for the one before it into the same register,
+                // and one sum made every row's block a chain of eight. The first
+                // starts from the correction for the tokens' +128. Integer sums:
+                // the result is the same in any order.
+                let mut even = _mm512_set1_epi32(-128 * w_sum);
+                let mut odd = _mm512_setzero_si512();
+                for (x, dwords) in x.as_chunks::<2>().0.iter().zip(dwords.as_chunks::<2>().0) {
+                    even = _mm512_dpbusd_epi32(even, x[0], _mm512_set1_epi32(dwords[0]));
+                    odd = _mm512_dpbusd_epi32(odd, x[1], _mm512_set1_epi32(dwords[1]));
                 }
+                let sum = _mm512_add_epi32(even, odd);
                 let (w_scale, w_min) = m.scale_min(k);
                 let scale = _mm512_mul_ps(x_scale, _mm512_set1_ps(w_scale));
                 *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, *acc);
