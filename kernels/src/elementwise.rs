@@ -10,6 +10,10 @@
 
 use multiversion::multiversion;
 
+/// 1.5 × 2²³: adding it and taking it away rounds to an integer without a
+/// rounding instruction the baseline lacks.
+const ROUND: f32 = 12_582_912.0;
+
 /// `e^x`, within 3e-7 relative for `x` in −87…88 (below, a tiny positive
 /// number stands for 0; above, the largest finite power stands for infinity).
 /// Not a number gives not a number.
@@ -19,9 +23,6 @@ pub fn exp(x: f32) -> f32 {
     // ln 2 in two parts, so that `x − n ln 2` keeps its low bits.
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
-    // 1.5 × 2²³: adding it and taking it away rounds to an integer without a
-    // rounding instruction the baseline lacks.
-    const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.0, 88.0);
     let biased = x * LOG2E + ROUND;
     let n = biased - ROUND;
@@ -33,15 +34,20 @@ pub fn exp(x: f32) -> f32 {
     let p = p * r + 0.166_666_65;
     let p = p * r + 0.5;
     let er = p * r * r + r + 1.0;
-    // n is within −126…127 after the clamp, so 2ⁿ is a normal float. The
-    // integer n is read from `biased`'s low bits, where the rounding left it:
-    // `n as i32` saturates (not a number gives 0), which the compiler did lane
-    // by lane, a compare and a conditional move each, and that was most of a
-    // softmax's time. (Not a number gives a wrong power here, but `er` is not a
-    // number then, and so is the result.)
+    er * power_of_two(biased)
+}
+
+/// 2ⁿ, for the n that `biased` (n + 1.5 × 2²³) holds in its low bits, where the
+/// rounding left it; n is within −126…127 after `exp`'s clamp, so 2ⁿ is a
+/// normal float. Read from the bits rather than by `n as i32`, which saturates
+/// (not a number gives 0) and which the compiler did lane by lane, a compare and
+/// a conditional move each: that was most of a softmax's time. (Not a number
+/// gives a wrong power here, but `exp`'s `er` is not a number then, and so is
+/// its result.)
+#[inline(always)]
+pub(crate) fn power_of_two(biased: f32) -> f32 {
     let n_bits = biased.to_bits().wrapping_sub(ROUND.to_bits());
-    let two_n = f32::from_bits(n_bits.wrapping_add(127) << 23);
-    er * two_n
+    f32::from_bits(n_bits.wrapping_add(127) << 23)
 }
 
 /// The error function (Abramowitz and Stegun 7.1.26, within 1.5e-7), as BERT's

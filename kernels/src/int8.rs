@@ -29,6 +29,9 @@ const PANEL: usize = 16;
 /// Dwords in a block, so registers in a panel's block.
 const GROUPS: usize = BLOCK / 4;
 
+// `tile` sums a block's dwords in pairs (two chains).
+const _: () = assert!(GROUPS.is_multiple_of(2));
+
 /// Weight rows multiplied together against one panel, so each panel register
 /// loaded serves this many rows; four keeps every sum in a register.
 const TILE: usize = 4;
@@ -206,9 +209,11 @@ unsafe fn panel_rows<W: PanelWeights>(
 
 /// Fewer panels than workers (a question, or a prompt's few new tokens) would
 /// leave workers idle with one panel each, so a panel's rows are shared among
-/// them instead, when it has at least this many. A question's embedding on one
-/// panel with its rows shared took 0.66–0.85× its time on the expanded 8-bit
-/// rows of two workers (BENCHMARKS.md, "A question on the 8-bit product").
+/// them instead, when it has at least this many (a floor not measured: below it
+/// the hand-off would outweigh the rows). A question's embedding on one panel
+/// with its rows shared took 0.66–0.97× its time on the expanded 8-bit rows of
+/// two workers, over four alternated pairs on a noisy machine (BENCHMARKS.md,
+/// "A question on the 8-bit product").
 const SPLIT_FROM_ROWS: usize = 64;
 
 /// One panel's tokens (`x`) against `m`, its rows shared among `workers`, each

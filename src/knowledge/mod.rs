@@ -64,7 +64,8 @@ impl Knowledge {
                 log_report(&site.id, &report);
             }
             // Opening reads every vector and builds the graphs of large
-            // segments (seconds a 100,000 passages): not on an async thread.
+            // segments (some 40 s of one core a 100,000 passages): not on an
+            // async thread.
             let index = tokio::task::spawn_blocking(move || index::SiteIndex::open(&dir)).await??;
             sites.insert(site.id.clone(), Arc::new(index));
         }
@@ -167,8 +168,9 @@ pub enum Mode {
 }
 
 /// BM25 and the search by meaning at once, fused: the question is embedded
-/// and its nearest passages found on a blocking thread while BM25 runs (in place
-/// when cheap), both in the generation the vectors were read from.
+/// and its nearest passages found on a kernels' worker (waited for by a
+/// blocking thread) while BM25 runs (in place when cheap), both in the
+/// generation the vectors were read from.
 async fn hybrid(
     index: Arc<index::SiteIndex>,
     dense: Arc<dense::Dense>,

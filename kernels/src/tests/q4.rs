@@ -28,7 +28,16 @@ fn blocks(n: usize) -> impl Strategy<Value = Vec<u8>> {
 fn case(
     tokens: std::ops::Range<usize>,
 ) -> impl Strategy<Value = (usize, usize, usize, Vec<u8>, Vec<f32>)> {
-    (1usize..70, 1usize..20, tokens).prop_flat_map(|(rows, per_row, tokens)| {
+    case_in(1..70, 1..20, tokens)
+}
+
+/// As [`case`], with the rows and blocks a row from the given ranges.
+fn case_in(
+    rows: std::ops::Range<usize>,
+    per_row: std::ops::Range<usize>,
+    tokens: std::ops::Range<usize>,
+) -> impl Strategy<Value = (usize, usize, usize, Vec<u8>, Vec<f32>)> {
+    (rows, per_row, tokens).prop_flat_map(|(rows, per_row, tokens)| {
         let cols = per_row * BLOCK;
         (
             Just(rows),
@@ -153,4 +162,26 @@ fn a_token_that_is_not_a_number_gives_no_number_through_a_4_bit_row() {
     let mut out = [0f32; 1];
     m.product_few(&x, 1, &mut out).unwrap();
     assert!(out[0].is_nan(), "{out:?}");
+}
+
+proptest! {
+    /// As for 8-bit rows: a panel's 4-bit rows shared among workers give the
+    /// very product of one worker (a chat prompt of a few new tokens).
+    #[test]
+    fn a_few_tokens_4_bit_rows_shared_among_workers_give_one_worker_s_product(
+        (rows, cols, tokens, bytes, x) in case_in(64..140, 1..4, 1..40)
+    ) {
+        if !crate::has_int8_product() {
+            return Ok(());
+        }
+        let m = Q4Matrix::from_q4_1(rows, cols, &bytes).unwrap();
+        let mut alone = vec![f32::NAN; rows * tokens];
+        super::on_pool(1, || m.product(&x, tokens, &mut alone)).unwrap();
+        for threads in [2, 3] {
+            let mut shared = vec![f32::NAN; rows * tokens];
+            super::on_pool(threads, || m.product(&x, tokens, &mut shared)).unwrap();
+            let same = alone.iter().zip(&shared).all(|(a, b)| a.to_bits() == b.to_bits());
+            prop_assert!(same, "{threads} workers: {shared:?} against {alone:?}");
+        }
+    }
 }

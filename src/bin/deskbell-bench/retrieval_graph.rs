@@ -4,8 +4,9 @@
 //! question's exact scan against the graph's walk (latency and the share of the
 //! exact top 8 the walk finds), the graph's building time (on a thread of its
 //! own) and its memory: the resident growth while it is held, the vectors
-//! already read (an upper bound: the allocator may keep some of the build's
-//! freed scratch).
+//! already read. Sizes run one after another in this process, so a size may
+//! reuse pages an earlier one freed (an undercount), or keep some of its own
+//! build's scratch (an overcount).
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -188,8 +188,9 @@ fn update(
 }
 
 /// tantivy's default policy, except that a segment with more than a fifth of
-/// its passages dead is merged (rewritten without them) even when too few
-/// segments share its size: the default never merges for deletes alone, and
+/// its passages dead is merged (rewritten without them, with the other
+/// segments of its size level) even when too few segments share its size: the
+/// default never merges for deletes alone, and
 /// such a segment would keep its dead passages' vectors in memory and be
 /// scanned rather than walked for as long as it lasts (`dense::GRAPH_MAX_DEAD`).
 fn merge_policy() -> tantivy::merge_policy::LogMergePolicy {
