@@ -165,23 +165,13 @@ pub(crate) struct Panel {
 ///
 /// As for [`product`].
 unsafe fn panel_product<W: PanelWeights>(m: &W, panel: &Panel, out: &mut [f32]) {
-    let rows = m.rows();
-    let tokens = out.len() / rows;
-    let mut lanes = [[0f32; PANEL]; TILE];
-    for first in (0..rows).step_by(TILE) {
-        let part = &mut lanes[..TILE.min(rows - first)];
-        // SAFETY: the caller found the features (this function's own condition).
-        unsafe { panel_rows(m, first, panel, part) };
-        for (i, lanes) in part.iter().enumerate() {
-            for (t, value) in lanes.iter().take(tokens).enumerate() {
-                out[t * rows + first + i] = *value;
-            }
-        }
-    }
+    let mut tokens: Vec<&mut [f32]> = out.chunks_mut(m.rows()).collect();
+    // SAFETY: the caller found the features (this function's own condition).
+    unsafe { panel_rows(m, 0, panel, &mut tokens) };
 }
 
-/// Rows from `first` against one panel, one row's sixteen token lanes in each
-/// of `lanes`.
+/// Rows `first..first + n` against one panel, where `tokens[t]` is token `t`'s
+/// `n` outputs for those rows.
 ///
 /// # Safety
 ///
@@ -190,19 +180,24 @@ unsafe fn panel_rows<W: PanelWeights>(
     m: &W,
     first: usize,
     panel: &Panel,
-    lanes: &mut [[f32; PANEL]],
+    tokens: &mut [&mut [f32]],
 ) {
-    let mut tiles = lanes.chunks_exact_mut(TILE);
-    let mut row = first;
+    let n = tokens.first().map_or(0, |t| t.len());
+    let store = |tokens: &mut [&mut [f32]], at: usize, lanes: &[[f32; PANEL]]| {
+        for (t, out) in tokens.iter_mut().enumerate() {
+            for (i, lanes) in lanes.iter().enumerate() {
+                out[at + i] = lanes[t];
+            }
+        }
+    };
+    let whole = n - n % TILE;
     // SAFETY: the caller found the features (this function's own condition).
     unsafe {
-        for tile in &mut tiles {
-            tile.copy_from_slice(&vnni::tile::<TILE, W>(m, row, panel));
-            row += TILE;
+        for at in (0..whole).step_by(TILE) {
+            store(tokens, at, &vnni::tile::<TILE, W>(m, first + at, panel));
         }
-        for lanes in tiles.into_remainder() {
-            *lanes = vnni::tile::<1, W>(m, row, panel)[0];
-            row += 1;
+        for at in whole..n {
+            store(tokens, at, &vnni::tile::<1, W>(m, first + at, panel));
         }
     }
 }
@@ -216,8 +211,9 @@ unsafe fn panel_rows<W: PanelWeights>(
 /// "A question on the 8-bit product").
 const SPLIT_FROM_ROWS: usize = 64;
 
-/// One panel's tokens (`x`) against `m`, its rows shared among `workers`, each
-/// filling a row-major part; then turned token-major into `out`.
+/// One panel's tokens (`x`) against `m`, its rows shared among `workers`: each
+/// writes its part of every token's outputs in `out` (token-major, as for
+/// [`product`]), split where the parts meet.
 ///
 /// # Safety
 ///
@@ -230,21 +226,21 @@ unsafe fn rows_shared<W: PanelWeights>(
     workers: usize,
 ) {
     let rows = m.rows();
-    let tokens = out.len() / rows;
     // SAFETY: as for this function.
     let panel = unsafe { vnni::quantize_panel(x, bpr) };
+    // Whole tiles a part, so that only the last part has rows left over.
     let part = rows.div_ceil(workers).next_multiple_of(TILE);
-    let mut by_row = vec![[0f32; PANEL]; rows];
-    by_row
-        .par_chunks_mut(part)
-        .enumerate()
-        // SAFETY: as for this function.
-        .for_each(|(i, lanes)| unsafe { panel_rows(m, i * part, &panel, lanes) });
-    for (r, lanes) in by_row.iter().enumerate() {
-        for (t, value) in lanes.iter().take(tokens).enumerate() {
-            out[t * rows + r] = *value;
+    let mut parts: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(part)).map(|_| Vec::new()).collect();
+    for token in out.chunks_mut(rows) {
+        for (dest, piece) in parts.iter_mut().zip(token.chunks_mut(part)) {
+            dest.push(piece);
         }
     }
+    parts
+        .par_iter_mut()
+        .enumerate()
+        // SAFETY: as for this function.
+        .for_each(|(i, tokens)| unsafe { panel_rows(m, i * part, &panel, tokens) });
 }
 
 mod vnni {

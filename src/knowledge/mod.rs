@@ -29,6 +29,7 @@ pub use source::Skipped;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 use crate::config::{Config, SiteConfig};
 
@@ -185,15 +186,21 @@ async fn hybrid(
     }
     let owned = question.to_string();
     let depth = DEPTH.max(limit);
-    let asked = std::time::Instant::now();
+    let asked = Instant::now();
     let near = {
         let dense = dense.clone();
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let started = std::time::Instant::now();
+            let started = Instant::now();
             embedding.embed_one_then(&owned, |vector| {
-                let embedded = std::time::Instant::now();
+                let embedded = Instant::now();
                 let near = dense.nearest(&vector, depth);
-                (near, [started, embedded, std::time::Instant::now()])
+                let times = SearchTimes {
+                    asked,
+                    started,
+                    embedded,
+                    found: Instant::now(),
+                };
+                (near, times)
             })
         })
     };
@@ -206,21 +213,10 @@ async fn hybrid(
         tokio::task::spawn_blocking(move || index.bm25(&dense.searcher, &question, depth, true))
             .await??
     };
-    let bm25_at = std::time::Instant::now();
+    let bm25_done = Instant::now();
     let near = match near.await? {
-        Ok((near, [started, embedded, found])) => {
-            let us = |from: std::time::Instant, to: std::time::Instant| {
-                to.saturating_duration_since(from).as_micros() as u64
-            };
-            tracing::debug!(
-                target: "deskbell::first_token",
-                queued_us = us(asked, started),
-                embed_us = us(started, embedded),
-                nearest_us = us(embedded, found),
-                bm25_us = us(asked, bm25_at),
-                joined_us = us(found, std::time::Instant::now()),
-                "hybrid search"
-            );
+        Ok((near, times)) => {
+            times.log(bm25_done);
             near
         }
         Err(e) => {
@@ -230,6 +226,31 @@ async fn hybrid(
         }
     };
     index.passages(&dense.searcher, fuse::rrf(&bm25, &near, limit))
+}
+
+/// When a hybrid search's parts began and ended, for one debug line under the
+/// first token's target (`ask/turn/phases.rs`): it says whether the embedding,
+/// the search by meaning or the hand-offs between threads took the time.
+struct SearchTimes {
+    asked: Instant,
+    started: Instant,
+    embedded: Instant,
+    found: Instant,
+}
+
+impl SearchTimes {
+    fn log(&self, bm25_done: Instant) {
+        let us = |from: Instant, to: Instant| to.saturating_duration_since(from).as_micros() as u64;
+        tracing::debug!(
+            target: "deskbell::first_token",
+            queued_us = us(self.asked, self.started),
+            embed_us = us(self.started, self.embedded),
+            nearest_us = us(self.embedded, self.found),
+            bm25_us = us(self.asked, bm25_done),
+            joined_us = us(self.found, Instant::now()),
+            "hybrid search"
+        );
+    }
 }
 
 /// Reads a site's sources and brings its index up to date, embedding new

@@ -183,6 +183,9 @@ fn update(
     }
     crate::crashpoint::reached("ingest_before_commit");
     writer.commit()?;
+    // The commit may start a merge (a segment past a fifth dead): a crash
+    // here lands while it runs.
+    crate::crashpoint::reached("ingest_merging");
     writer.wait_merging_threads()?;
     Ok(manifest)
 }
