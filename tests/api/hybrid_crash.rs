@@ -36,6 +36,14 @@ fn ingest(config: &Path, crash_at: Option<&str>) -> std::process::Output {
     command.output().unwrap()
 }
 
+/// Runs an ingest that aborts at the crash point `point`, and checks it did.
+fn aborted_at(config: &Path, point: &str) {
+    let killed = ingest(config, Some(point));
+    let stderr = String::from_utf8_lossy(&killed.stderr);
+    assert!(!killed.status.success(), "the ingest was aborted");
+    assert!(stderr.contains(&format!("crash point {point}")), "{stderr}");
+}
+
 /// The passages found for `q` in the index on disk.
 async fn passages(dir: &Path, q: &str) -> Vec<Passage> {
     let env = Env::empty().with("BETTER_AUTH_SECRET", SECRET);
@@ -73,13 +81,7 @@ async fn an_ingest_killed_before_its_commit_leaves_the_previous_index_whole() {
         "# Gift cards\n\nGift cards never expire and can be used online.",
     )
     .unwrap();
-    let killed = ingest(&config, Some("ingest_before_commit"));
-    assert!(!killed.status.success(), "the ingest was aborted");
-    assert!(
-        String::from_utf8_lossy(&killed.stderr).contains("crash point ingest_before_commit"),
-        "{}",
-        String::from_utf8_lossy(&killed.stderr)
-    );
+    aborted_at(&config, "ingest_before_commit");
     // The previous generation: the returns page, found by meaning too; nothing of
     // the new page.
     let found = search(dir.path(), "can I send it back?").await;
@@ -113,13 +115,7 @@ async fn an_ingest_killed_while_its_merge_runs_leaves_each_passage_once() {
 
     write("kettles.md", "kettles", 60);
     write("toasters.md", "toasters", 60);
-    let killed = ingest(&config, Some("ingest_merging"));
-    assert!(!killed.status.success(), "the ingest was aborted");
-    assert!(
-        String::from_utf8_lossy(&killed.stderr).contains("crash point ingest_merging"),
-        "{}",
-        String::from_utf8_lossy(&killed.stderr)
-    );
+    aborted_at(&config, "ingest_merging");
     for round in ["after the crash", "after the next ingest"] {
         let found = passages(dir.path(), "send back within days").await;
         let mut texts: Vec<&str> = found.iter().map(|p| p.text.as_str()).collect();
