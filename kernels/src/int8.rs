@@ -1,5 +1,7 @@
 //! A product of 8-bit or 4-bit weights ([`PanelWeights`]) by many tokens with 8-bit
-//! activations, for reading a prompt on CPUs with AVX-512 VNNI.
+//! activations, for reading a prompt on CPUs with AVX-512 VNNI. Where the CPU
+//! has AMX-INT8 too, an 8-bit matrix's rows go to the tiles instead (`amx.rs`),
+//! with the same panels and the same results.
 //!
 //! Without it a long step expands each matrix to f32 (four bytes written for every
 //! weight) and hands it to an f32 GEMM. Here the tokens are quantized instead, to
@@ -22,6 +24,9 @@
 use rayon::prelude::*;
 
 use crate::{BLOCK, Q4Matrix, Q8Matrix};
+
+#[cfg(target_os = "linux")]
+mod amx;
 
 /// Tokens in a panel: one per 32-bit lane of a 512-bit register.
 const PANEL: usize = 16;
@@ -60,6 +65,10 @@ pub(crate) trait PanelWeights: Sync {
     fn dwords(&self, k: usize) -> ([i32; GROUPS], i32);
     /// Block `k`'s scale and offset.
     fn scale_min(&self, k: usize) -> (f32, f32);
+    /// The matrix, where its rows run on AMX (`amx.rs`) rather than VNNI.
+    fn amx(&self) -> Option<&Q8Matrix> {
+        None
+    }
 }
 
 impl PanelWeights for Q8Matrix {
@@ -86,6 +95,13 @@ impl PanelWeights for Q8Matrix {
     #[inline(always)]
     fn scale_min(&self, k: usize) -> (f32, f32) {
         (self.scales[k], 0.0)
+    }
+    fn amx(&self) -> Option<&Q8Matrix> {
+        #[cfg(target_os = "linux")]
+        if amx::available() && self.rows().is_multiple_of(amx::ROWS) {
+            return Some(self);
+        }
+        None
     }
 }
 
@@ -144,11 +160,22 @@ pub(crate) unsafe fn product<W: PanelWeights>(m: &W, x: &[f32], tokens: usize, o
             // SAFETY: `product`'s caller found every feature these functions
             // are compiled for (its own safety condition).
             unsafe {
-                let panel = vnni::quantize_panel(x, bpr);
+                let panel = quantize_panel(m, x, bpr);
                 panel_product(m, &panel, out);
             }
         });
     debug_assert_eq!(out.len(), tokens * m.rows());
+}
+
+/// A panel's tokens quantized for `m`'s rows: their bytes plus 128 for
+/// `vpdpbusd` (unsigned by signed), as they are for `tdpbssd` (signed by signed).
+///
+/// # Safety
+///
+/// As for [`product`].
+unsafe fn quantize_panel<W: PanelWeights>(m: &W, x: &[[f32; BLOCK]], bpr: usize) -> Panel {
+    // SAFETY: as for this function.
+    unsafe { vnni::quantize_panel(x, bpr, m.amx().is_none()) }
 }
 
 /// A panel's tokens in 8-bit blocks: each block's bytes, and per token its scale
@@ -182,22 +209,31 @@ unsafe fn panel_rows<W: PanelWeights>(
     panel: &Panel,
     tokens: &mut [&mut [f32]],
 ) {
+    #[cfg(target_os = "linux")]
+    if let Some(m) = m.amx() {
+        // SAFETY: `amx` is only given where `amx::available`, and the panel was
+        // quantized for it (`quantize_panel`).
+        unsafe { amx::panel_rows(m, first, panel, tokens) };
+        return;
+    }
     let n = tokens.first().map_or(0, |t| t.len());
-    let store = |tokens: &mut [&mut [f32]], at: usize, lanes: &[[f32; PANEL]]| {
-        for (t, out) in tokens.iter_mut().enumerate() {
-            for (i, lanes) in lanes.iter().enumerate() {
-                out[at + i] = lanes[t];
-            }
-        }
-    };
     let whole = n - n % TILE;
     // SAFETY: the caller found the features (this function's own condition).
     unsafe {
         for at in (0..whole).step_by(TILE) {
-            store(tokens, at, &vnni::tile::<TILE, W>(m, first + at, panel));
+            store_lanes(tokens, at, &vnni::tile::<TILE, W>(m, first + at, panel));
         }
         for at in whole..n {
-            store(tokens, at, &vnni::tile::<1, W>(m, first + at, panel));
+            store_lanes(tokens, at, &vnni::tile::<1, W>(m, first + at, panel));
+        }
+    }
+}
+
+/// Rows' lanes (`lanes[i][t]`: row `at + i`, token `t`) into each token's outputs.
+fn store_lanes(tokens: &mut [&mut [f32]], at: usize, lanes: &[[f32; PANEL]]) {
+    for (t, out) in tokens.iter_mut().enumerate() {
+        for (i, lanes) in lanes.iter().enumerate() {
+            out[at + i] = lanes[t];
         }
     }
 }
@@ -210,6 +246,10 @@ unsafe fn panel_rows<W: PanelWeights>(
 /// two workers, over four alternated pairs on a noisy machine (BENCHMARKS.md,
 /// "A question on the 8-bit product").
 const SPLIT_FROM_ROWS: usize = 64;
+
+/// Rows a shared panel's parts are a multiple of.
+const SHARED_ROWS: usize = 16;
+const _: () = assert!(SHARED_ROWS.is_multiple_of(TILE));
 
 /// One panel's tokens (`x`) against `m`, its rows shared among `workers`: each
 /// writes its part of every token's outputs in `out` (token-major, as for
@@ -227,9 +267,10 @@ unsafe fn rows_shared<W: PanelWeights>(
 ) {
     let rows = m.rows();
     // SAFETY: as for this function.
-    let panel = unsafe { vnni::quantize_panel(x, bpr) };
-    // Whole tiles a part, so that only the last part has rows left over.
-    let part = rows.div_ceil(workers).next_multiple_of(TILE);
+    let panel = unsafe { quantize_panel(m, x, bpr) };
+    // Whole tiles a part (sixteen rows: an AMX tile, four VNNI ones), so that
+    // only the last part has rows left over.
+    let part = rows.div_ceil(workers).next_multiple_of(SHARED_ROWS);
     let mut parts: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(part)).map(|_| Vec::new()).collect();
     for token in out.chunks_mut(rows) {
         for (dest, piece) in parts.iter_mut().zip(token.chunks_mut(part)) {
@@ -251,14 +292,16 @@ mod vnni {
 
     /// A panel's tokens (`x`: up to sixteen tokens of `bpr` blocks) quantized into
     /// panel blocks and their scales, as [`crate::Q8Matrix::quantize`] does a
-    /// block but rounding halves to even. Lanes past the last token hold zeros.
+    /// block but rounding halves to even; each byte plus 128 if `plus_128`.
+    /// Lanes past the last token hold zeros.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) fn quantize_panel(x: &[[f32; BLOCK]], bpr: usize) -> Panel {
-        let mut quants = vec![[[128u8; 4 * PANEL]; GROUPS]; bpr];
+    pub(super) fn quantize_panel(x: &[[f32; BLOCK]], bpr: usize, plus_128: bool) -> Panel {
+        let zero = if plus_128 { 128 } else { 0 };
+        let mut quants = vec![[[zero; 4 * PANEL]; GROUPS]; bpr];
         let mut scales = vec![[0f32; PANEL]; bpr];
         let mut sums = vec![[0f32; PANEL]; bpr];
         // Adding 128 to a byte's two's complement value flips its top bit.
-        let offset = _mm_set1_epi8(i8::MIN);
+        let offset = _mm_set1_epi8(if plus_128 { i8::MIN } else { 0 });
         for (lane, token) in x.chunks_exact(bpr).enumerate() {
             for (((block, panel), scale), sum) in token
                 .iter()
@@ -303,8 +346,8 @@ mod vnni {
                 for (g, dword) in q.as_chunks::<4>().0.iter().enumerate() {
                     panel[g][lane * 4..lane * 4 + 4].copy_from_slice(dword);
                 }
-                // The bytes hold each value plus 128.
-                let total: i32 = q.iter().map(|v| i32::from(*v) - 128).sum();
+                // Flipping the offset's bit again gives each value's own byte.
+                let total: i32 = q.iter().map(|v| i32::from((*v ^ zero) as i8)).sum();
                 sum[lane] = scale[lane] * total as f32;
             }
         }

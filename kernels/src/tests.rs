@@ -341,6 +341,8 @@ fn shapes_that_do_not_fit_are_refused_with_what_was_wrong() {
     );
 }
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod amx;
 mod attention;
 mod q4;
 

@@ -1,0 +1,289 @@
+//! The 8-bit product's rows on AMX (Advanced Matrix Extensions), for CPUs that
+//! have AMX-INT8 (Intel Xeon since Sapphire Rapids): a passage's tokens at
+//! ingest, and a question's.
+//!
+//! `vpdpbusd` (`int8.rs`) adds 64 products an instruction, and the product ran
+//! at about 1.5 a cycle, close to a core's limit. `tdpbssd` multiplies a tile of
+//! 16 rows × 32 bytes by one of 32 bytes × 16 columns into 16 × 16 integer sums:
+//! 8,192 products an instruction. So the integer work moves to the tile unit and
+//! what is left is each block's scaling, on the vector unit.
+//!
+//! The tiles are laid out so that nothing is copied and the result is the VNNI
+//! product's, bit for bit: tile A is sixteen weight rows' block `b`, read in
+//! place from the matrix (its rows are a row's length apart); tile B is the
+//! panel's block `b` in the layout `int8.rs` already builds (dword `g` of each
+//! token in a 64-byte row), but with the tokens' bytes signed, so no correction
+//! for an offset is needed; tile C row `i` is row `i`'s sums for the panel's
+//! sixteen tokens, the very lanes `vpdpbusd` gave. Each block's sums are then
+//! scaled and added in the same order, with the same operations, as there.
+//!
+//! Linux lends a thread the tiles' 8 KB of state only after the process asks
+//! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); [`available`] asks once. Each call loads
+//! its tile configuration and releases the tiles when done, so a worker holds no
+//! tile state between products.
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use crate::Q8Matrix;
+
+use super::{PANEL, Panel};
+
+/// Weight rows a tile holds, so rows multiplied together.
+pub(super) const ROWS: usize = 16;
+
+/// Whether the 8-bit product's rows run on AMX here: the CPU has AMX-INT8 and
+/// the AVX-512 the scaling needs, Linux lends the tiles, and `DESKBELL_AMX` is not
+/// `off` (a switch for measuring one path against the other on one build).
+pub(crate) fn available() -> bool {
+    static USABLE: OnceLock<bool> = OnceLock::new();
+    *USABLE.get_or_init(|| {
+        let off = std::env::var("DESKBELL_AMX").is_ok_and(|v| v == "off");
+        !off && super::available() && cpu_has_amx_int8() && tiles_lent()
+    })
+}
+
+fn cpu_has_amx_int8() -> bool {
+    // Leaf 7, subleaf 0: EDX bit 24 is AMX-TILE and bit 25 AMX-INT8.
+    if __get_cpuid_max(0).0 < 7 {
+        return false;
+    }
+    let features = __cpuid_count(7, 0).edx;
+    features & (1 << 24) != 0 && features & (1 << 25) != 0
+}
+
+/// Asks Linux to lend this process's threads the tiles' state; false when it
+/// will not (an older kernel, or a hypervisor that hides the state).
+fn tiles_lent() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: `arch_prctl` with this request only reads its two integers.
+    let answer = unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        )
+    };
+    answer == 0
+}
+
+/// The tiles' shapes (`ldtilecfg`'s 64-byte operand, palette 1): `tmm0`, `tmm1`,
+/// `tmm6` and `tmm7` hold sums (16 rows × 16 dwords), `tmm2` and `tmm4` weights (16 rows ×
+/// 32 bytes), `tmm3` and `tmm5` tokens (8 rows × 64 bytes: 32 bytes of each of 16
+/// tokens, four at a time).
+#[repr(C, align(64))]
+struct TileConfig {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    bytes_per_row: [u16; 16],
+    rows: [u8; 16],
+}
+
+impl TileConfig {
+    const fn new() -> Self {
+        let mut config = TileConfig {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            bytes_per_row: [0; 16],
+            rows: [0; 16],
+        };
+        let shapes: [(u16, u8); 8] = [
+            (64, 16),
+            (64, 16),
+            (32, 16),
+            (64, 8),
+            (32, 16),
+            (64, 8),
+            (64, 16),
+            (64, 16),
+        ];
+        let mut t = 0;
+        while t < shapes.len() {
+            config.bytes_per_row[t] = shapes[t].0;
+            config.rows[t] = shapes[t].1;
+            t += 1;
+        }
+        config
+    }
+}
+
+/// A tile's sums as `tilestored` writes them: row `i`, token `t`.
+#[repr(C, align(64))]
+struct Sums([[i32; PANEL]; ROWS]);
+
+/// Rows `first..first + n` of `m` against one panel whose bytes are signed (not
+/// plus 128), where `tokens[t]` is token `t`'s `n` outputs for those rows; `n`
+/// is a multiple of [`ROWS`].
+///
+/// # Safety
+///
+/// [`available`] must have returned true.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn panel_rows(
+    m: &Q8Matrix,
+    first: usize,
+    panel: &Panel,
+    tokens: &mut [&mut [f32]],
+) {
+    let n = tokens.first().map_or(0, |t| t.len());
+    debug_assert!(n.is_multiple_of(ROWS) && first + n <= m.rows);
+    let config = TileConfig::new();
+    // SAFETY: the configuration is a valid palette-1 one; `available` found the
+    // tiles and Linux lent them.
+    unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
+    for at in (0..n).step_by(ROWS) {
+        // SAFETY: as for this function; the rows are within the matrix.
+        let mut acc = unsafe { group(m, first + at, panel) };
+        // Row-major lanes turned token-major: each token's sixteen outputs are
+        // then one store, where 256 single ones took a tenth of an ingest.
+        transpose(&mut acc);
+        for (out, acc) in tokens.iter_mut().zip(&acc) {
+            // SAFETY: sixteen f32 of the token's `n` outputs (`at + 16 <= n`),
+            // unaligned store.
+            unsafe { _mm512_storeu_ps(out[at..at + ROWS].as_mut_ptr(), *acc) };
+        }
+    }
+    // SAFETY: gives the tiles' state back, so the thread holds none.
+    unsafe { asm!("tilerelease", options(nostack, nomem)) };
+}
+
+/// Rows `row..row + 16` against the panel: each row's sixteen lanes, one per
+/// token, as `int8.rs`'s `tile` gives them.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn group(m: &Q8Matrix, row: usize, panel: &Panel) -> [__m512; ROWS] {
+    let bpr = m.blocks_per_row();
+    let mut acc = [_mm512_setzero_ps(); ROWS];
+    let mut sums = [const { Sums([[0; PANEL]; ROWS]) }; 4];
+    let weights = |b: usize| m.quants[row * bpr + b].as_ptr();
+    let tokens = |b: usize| panel.quants[b].as_ptr();
+    let stride = bpr * crate::BLOCK;
+    // Four blocks at a time on four tiles of sums: the tiles are not renamed,
+    // so with fewer the tile unit waited for each block's sums to be stored
+    // before it could start on the next.
+    let mut b = 0;
+    while b + 4 <= bpr {
+        let [s0, s1, s2, s3] = &mut sums;
+        // SAFETY: each tile A reads 16 rows of 32 bytes, `stride` apart, from
+        // its block of row `row` on, all within the matrix; each tile B reads a
+        // panel block's 512 bytes; the stores write the 1 KB `Sums`.
+        unsafe {
+            asm!(
+                "tilezero tmm0",
+                "tileloadd tmm2, [{a0} + {stride} * 1]",
+                "tileloadd tmm3, [{b0} + {row_bytes} * 1]",
+                "tdpbssd tmm0, tmm2, tmm3",
+                "tilezero tmm1",
+                "tileloadd tmm4, [{a1} + {stride} * 1]",
+                "tileloadd tmm5, [{b1} + {row_bytes} * 1]",
+                "tdpbssd tmm1, tmm4, tmm5",
+                "tilezero tmm6",
+                "tileloadd tmm2, [{a2} + {stride} * 1]",
+                "tileloadd tmm3, [{b2} + {row_bytes} * 1]",
+                "tdpbssd tmm6, tmm2, tmm3",
+                "tilezero tmm7",
+                "tileloadd tmm4, [{a3} + {stride} * 1]",
+                "tileloadd tmm5, [{b3} + {row_bytes} * 1]",
+                "tdpbssd tmm7, tmm4, tmm5",
+                "tilestored [{c0} + {row_bytes} * 1], tmm0",
+                "tilestored [{c1} + {row_bytes} * 1], tmm1",
+                "tilestored [{c2} + {row_bytes} * 1], tmm6",
+                "tilestored [{c3} + {row_bytes} * 1], tmm7",
+                a0 = in(reg) weights(b),
+                a1 = in(reg) weights(b + 1),
+                a2 = in(reg) weights(b + 2),
+                a3 = in(reg) weights(b + 3),
+                b0 = in(reg) tokens(b),
+                b1 = in(reg) tokens(b + 1),
+                b2 = in(reg) tokens(b + 2),
+                b3 = in(reg) tokens(b + 3),
+                c0 = in(reg) s0.0.as_mut_ptr(),
+                c1 = in(reg) s1.0.as_mut_ptr(),
+                c2 = in(reg) s2.0.as_mut_ptr(),
+                c3 = in(reg) s3.0.as_mut_ptr(),
+                stride = in(reg) stride,
+                row_bytes = in(reg) 64usize,
+                options(nostack),
+            );
+        }
+        for (i, sums) in sums.iter().enumerate() {
+            scale_into(&mut acc, sums, m, row, b + i, panel);
+        }
+        b += 4;
+    }
+    for b in b..bpr {
+        // SAFETY: as above, for one block.
+        unsafe {
+            asm!(
+                "tilezero tmm0",
+                "tileloadd tmm2, [{a0} + {stride} * 1]",
+                "tileloadd tmm3, [{b0} + {row_bytes} * 1]",
+                "tdpbssd tmm0, tmm2, tmm3",
+                "tilestored [{c0} + {row_bytes} * 1], tmm0",
+                a0 = in(reg) weights(b),
+                b0 = in(reg) tokens(b),
+                c0 = in(reg) sums[0].0.as_mut_ptr(),
+                stride = in(reg) stride,
+                row_bytes = in(reg) 64usize,
+                options(nostack),
+            );
+        }
+        scale_into(&mut acc, &sums[0], m, row, b, panel);
+    }
+    acc
+}
+
+/// A 16 × 16 block of f32 transposed in registers: four rounds of shuffles, each
+/// pairing registers a power of two apart.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) fn transpose(r: &mut [__m512; 16]) {
+    let mut t = [_mm512_setzero_ps(); 16];
+    for k in 0..8 {
+        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    let (pd, ps) = (_mm512_castps_pd, _mm512_castpd_ps);
+    for k in (0..16).step_by(4) {
+        r[k] = ps(_mm512_unpacklo_pd(pd(t[k]), pd(t[k + 2])));
+        r[k + 1] = ps(_mm512_unpackhi_pd(pd(t[k]), pd(t[k + 2])));
+        r[k + 2] = ps(_mm512_unpacklo_pd(pd(t[k + 1]), pd(t[k + 3])));
+        r[k + 3] = ps(_mm512_unpackhi_pd(pd(t[k + 1]), pd(t[k + 3])));
+    }
+    for k in [0, 8] {
+        for j in 0..4 {
+            t[k + j] = _mm512_shuffle_f32x4::<0x88>(r[k + j], r[k + 4 + j]);
+            t[k + 4 + j] = _mm512_shuffle_f32x4::<0xdd>(r[k + j], r[k + 4 + j]);
+        }
+    }
+    for j in 0..8 {
+        r[j] = _mm512_shuffle_f32x4::<0x88>(t[j], t[8 + j]);
+        r[8 + j] = _mm512_shuffle_f32x4::<0xdd>(t[j], t[8 + j]);
+    }
+}
+
+/// Block `b`'s sums scaled by the tokens' and each row's scale and added to the
+/// rows' lanes: `int8.rs`'s `tile` does the same, in the same order.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+fn scale_into(
+    acc: &mut [__m512; ROWS],
+    sums: &Sums,
+    m: &Q8Matrix,
+    row: usize,
+    b: usize,
+    panel: &Panel,
+) {
+    let bpr = m.blocks_per_row();
+    // SAFETY: sixteen f32, a whole register, unaligned load.
+    let x_scale = unsafe { _mm512_loadu_ps(panel.scales[b].as_ptr()) };
+    for (i, (acc, sums)) in acc.iter_mut().zip(&sums.0).enumerate() {
+        // SAFETY: sixteen i32, a whole register, unaligned load.
+        let sum = unsafe { _mm512_loadu_si512(sums.as_ptr().cast()) };
+        let scale = _mm512_mul_ps(x_scale, _mm512_set1_ps(m.scales[(row + i) * bpr + b]));
+        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, *acc);
+    }
+}
