@@ -18,7 +18,8 @@
 //!
 //! `vpdpbusd` multiplies unsigned bytes by signed ones, so a token's values are
 //! stored plus 128, and each block's sum takes back 128 × the sum of the weights'
-//! block, which both layouts keep for this. A 4-bit block's offset `m` adds `m`
+//! block, which both layouts keep for this (a panel for AMX's `tdpbssd`, signed
+//! by signed, keeps its values as they are). A 4-bit block's offset `m` adds `m`
 //! times the token's block sum.
 
 use rayon::prelude::*;
@@ -42,7 +43,7 @@ const _: () = assert!(GROUPS.is_multiple_of(2));
 const TILE: usize = 4;
 
 /// One block of a panel: `[g][lane * 4 + j]` is value `4g + j` of token `lane`,
-/// plus 128.
+/// plus 128 (as it is, for AMX).
 type PanelBlock = [[u8; 4 * PANEL]; GROUPS];
 
 /// Whether this CPU has the instructions [`product`] needs.
@@ -247,7 +248,9 @@ fn store_lanes(tokens: &mut [&mut [f32]], at: usize, lanes: &[[f32; PANEL]]) {
 /// "A question on the 8-bit product").
 const SPLIT_FROM_ROWS: usize = 64;
 
-/// Rows a shared panel's parts are a multiple of.
+/// Rows a shared panel's parts are a multiple of. Four would do for VNNI alone;
+/// with sixteen, a pool of more than four workers shares a matrix of under 64
+/// rows a worker among fewer of them (not measured: the machines here have two).
 const SHARED_ROWS: usize = 16;
 const _: () = assert!(SHARED_ROWS.is_multiple_of(TILE));
 

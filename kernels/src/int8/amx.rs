@@ -1,6 +1,7 @@
 //! The 8-bit product's rows on AMX (Advanced Matrix Extensions), for CPUs that
-//! have AMX-INT8 (Intel Xeon since Sapphire Rapids): a passage's tokens at
-//! ingest, and a question's.
+//! have AMX-INT8 (Intel Xeon since Sapphire Rapids): every [`Q8Matrix`] product
+//! of many tokens whose rows are a multiple of sixteen, which is the encoder's
+//! (a passage at ingest, a question) and a chat prompt's 8-bit matrices.
 //!
 //! `vpdpbusd` (`int8.rs`) adds 64 products an instruction, and the product ran
 //! at about 1.5 a cycle, close to a core's limit. `tdpbssd` multiplies a tile of
@@ -130,11 +131,24 @@ pub(super) unsafe fn panel_rows(
     tokens: &mut [&mut [f32]],
 ) {
     let n = tokens.first().map_or(0, |t| t.len());
-    debug_assert!(n.is_multiple_of(ROWS) && first + n <= m.rows);
+    // Tile A reads sixteen whole rows: these keep every read within the matrix
+    // (checked once a call, not left to the callers).
+    assert!(
+        n.is_multiple_of(ROWS) && first + n <= m.rows,
+        "rows outside the matrix"
+    );
     let config = TileConfig::new();
     // SAFETY: the configuration is a valid palette-1 one; `available` found the
     // tiles and Linux lent them.
-    unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
+    unsafe {
+        asm!(
+            "ldtilecfg [{}]",
+            in(reg) &config,
+            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
+            options(nostack, readonly),
+        )
+    };
     for at in (0..n).step_by(ROWS) {
         // SAFETY: as for this function; the rows are within the matrix.
         let mut acc = unsafe { group(m, first + at, panel) };
@@ -148,7 +162,14 @@ pub(super) unsafe fn panel_rows(
         }
     }
     // SAFETY: gives the tiles' state back, so the thread holds none.
-    unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    unsafe {
+        asm!(
+            "tilerelease",
+            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
+            options(nostack, nomem),
+        )
+    };
 }
 
 /// Rows `row..row + 16` against the panel: each row's sixteen lanes, one per
@@ -161,9 +182,9 @@ unsafe fn group(m: &Q8Matrix, row: usize, panel: &Panel) -> [__m512; ROWS] {
     let weights = |b: usize| m.quants[row * bpr + b].as_ptr();
     let tokens = |b: usize| panel.quants[b].as_ptr();
     let stride = bpr * crate::BLOCK;
-    // Four blocks at a time on four tiles of sums: the tiles are not renamed,
-    // so with fewer the tile unit waited for each block's sums to be stored
-    // before it could start on the next.
+    // Four blocks at a time on four tiles of sums, so that a block's product
+    // need not wait for the block before it to be stored (tiles are not
+    // renamed); measured no faster than two, within the noise.
     let mut b = 0;
     while b + 4 <= bpr {
         let [s0, s1, s2, s3] = &mut sums;
@@ -206,6 +227,8 @@ unsafe fn group(m: &Q8Matrix, row: usize, panel: &Panel) -> [__m512; ROWS] {
                 c3 = in(reg) s3.0.as_mut_ptr(),
                 stride = in(reg) stride,
                 row_bytes = in(reg) 64usize,
+                out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
                 options(nostack),
             );
         }
@@ -228,6 +251,8 @@ unsafe fn group(m: &Q8Matrix, row: usize, panel: &Panel) -> [__m512; ROWS] {
                 c0 = in(reg) sums[0].0.as_mut_ptr(),
                 stride = in(reg) stride,
                 row_bytes = in(reg) 64usize,
+                out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
                 options(nostack),
             );
         }
