@@ -68,13 +68,31 @@ pub async fn fresh_postgres_database() -> String {
         .expect("PostgreSQL must be running for these tests")
 }
 
-/// A loopback port free at this moment, for a child process to bind.
+/// A loopback port free at this moment, for a child process to bind. The port
+/// is released before the child binds it, so it is taken below Linux's
+/// ephemeral range (32768 on), where no `bind(0)` or outgoing connection of
+/// the hundreds of tests running at once can be handed it meanwhile, and each
+/// call of this process takes the next one, so no two tests are given the same
+/// port. A port taken from the ephemeral range was once given to something
+/// else before a child bound it ("deskbell serve did not start").
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 20_000;
+    const PORTS: u16 = 12_000;
+    // Started from the process id, so two test binaries run at once (a
+    // developer's, say) are unlikely to walk the same ports in step.
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = (std::process::id() % u32::from(PORTS)) as u16;
+    for _ in 0..PORTS {
+        let port = FIRST + (start + NEXT.fetch_add(1, Ordering::Relaxed) % PORTS) % PORTS;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!(
+        "no free loopback port from {FIRST} to {}",
+        FIRST + PORTS - 1
+    )
 }
 
 /// A visitor's POST with an empty JSON body to `path` on the server at `base`.
