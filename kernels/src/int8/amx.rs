@@ -70,10 +70,9 @@ fn tiles_lent() -> bool {
     answer == 0
 }
 
-/// The tiles' shapes (`ldtilecfg`'s 64-byte operand, palette 1): `tmm0`, `tmm1`,
-/// `tmm6` and `tmm7` hold sums (16 rows × 16 dwords), `tmm2` and `tmm4` weights (16 rows ×
-/// 32 bytes), `tmm3` and `tmm5` tokens (8 rows × 64 bytes: 32 bytes of each of 16
-/// tokens, four at a time).
+/// The tiles' shapes (`ldtilecfg`'s 64-byte operand, palette 1): `tmm0` holds
+/// sums (16 rows × 16 dwords), `tmm1` weights (16 rows × 32 bytes), `tmm2`
+/// tokens (8 rows × 64 bytes: 32 bytes of each of 16 tokens, four at a time).
 #[repr(C, align(64))]
 struct TileConfig {
     palette: u8,
@@ -92,16 +91,7 @@ impl TileConfig {
             bytes_per_row: [0; 16],
             rows: [0; 16],
         };
-        let shapes: [(u16, u8); 8] = [
-            (64, 16),
-            (64, 16),
-            (32, 16),
-            (64, 8),
-            (32, 16),
-            (64, 8),
-            (64, 16),
-            (64, 16),
-        ];
+        let shapes: [(u16, u8); 3] = [(64, 16), (32, 16), (64, 8)];
         let mut t = 0;
         while t < shapes.len() {
             config.bytes_per_row[t] = shapes[t].0;
@@ -111,6 +101,8 @@ impl TileConfig {
         config
     }
 }
+
+static CONFIG: TileConfig = TileConfig::new();
 
 /// A tile's sums as `tilestored` writes them: row `i`, token `t`.
 #[repr(C, align(64))]
@@ -137,13 +129,12 @@ pub(super) unsafe fn panel_rows(
         n.is_multiple_of(ROWS) && first + n <= m.rows,
         "rows outside the matrix"
     );
-    let config = TileConfig::new();
     // SAFETY: the configuration is a valid palette-1 one; `available` found the
     // tiles and Linux lent them.
     unsafe {
         asm!(
             "ldtilecfg [{}]",
-            in(reg) &config,
+            in(reg) &CONFIG,
             out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
             out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
             options(nostack, readonly),
@@ -178,85 +169,29 @@ pub(super) unsafe fn panel_rows(
 unsafe fn group(m: &Q8Matrix, row: usize, panel: &Panel) -> [__m512; ROWS] {
     let bpr = m.blocks_per_row();
     let mut acc = [_mm512_setzero_ps(); ROWS];
-    let mut sums = [const { Sums([[0; PANEL]; ROWS]) }; 4];
-    let weights = |b: usize| m.quants[row * bpr + b].as_ptr();
-    let tokens = |b: usize| panel.quants[b].as_ptr();
-    let stride = bpr * crate::BLOCK;
-    // Four blocks at a time on four tiles of sums, so that a block's product
-    // need not wait for the block before it to be stored (tiles are not
-    // renamed); measured no faster than two, within the noise.
-    let mut b = 0;
-    while b + 4 <= bpr {
-        let [s0, s1, s2, s3] = &mut sums;
-        // SAFETY: each tile A reads 16 rows of 32 bytes, `stride` apart, from
-        // its block of row `row` on, all within the matrix; each tile B reads a
-        // panel block's 512 bytes; the stores write the 1 KB `Sums`.
+    let mut sums = Sums([[0; PANEL]; ROWS]);
+    for b in 0..bpr {
+        // SAFETY: tile A reads 16 rows of 32 bytes, a row's length apart, from
+        // block `b` of row `row` on, within the matrix (the caller's rows);
+        // tile B reads the panel block's 512 bytes; the store writes the 1 KB
+        // `Sums`.
         unsafe {
             asm!(
                 "tilezero tmm0",
-                "tileloadd tmm2, [{a0} + {stride} * 1]",
-                "tileloadd tmm3, [{b0} + {row_bytes} * 1]",
-                "tdpbssd tmm0, tmm2, tmm3",
-                "tilezero tmm1",
-                "tileloadd tmm4, [{a1} + {stride} * 1]",
-                "tileloadd tmm5, [{b1} + {row_bytes} * 1]",
-                "tdpbssd tmm1, tmm4, tmm5",
-                "tilezero tmm6",
-                "tileloadd tmm2, [{a2} + {stride} * 1]",
-                "tileloadd tmm3, [{b2} + {row_bytes} * 1]",
-                "tdpbssd tmm6, tmm2, tmm3",
-                "tilezero tmm7",
-                "tileloadd tmm4, [{a3} + {stride} * 1]",
-                "tileloadd tmm5, [{b3} + {row_bytes} * 1]",
-                "tdpbssd tmm7, tmm4, tmm5",
-                "tilestored [{c0} + {row_bytes} * 1], tmm0",
-                "tilestored [{c1} + {row_bytes} * 1], tmm1",
-                "tilestored [{c2} + {row_bytes} * 1], tmm6",
-                "tilestored [{c3} + {row_bytes} * 1], tmm7",
-                a0 = in(reg) weights(b),
-                a1 = in(reg) weights(b + 1),
-                a2 = in(reg) weights(b + 2),
-                a3 = in(reg) weights(b + 3),
-                b0 = in(reg) tokens(b),
-                b1 = in(reg) tokens(b + 1),
-                b2 = in(reg) tokens(b + 2),
-                b3 = in(reg) tokens(b + 3),
-                c0 = in(reg) s0.0.as_mut_ptr(),
-                c1 = in(reg) s1.0.as_mut_ptr(),
-                c2 = in(reg) s2.0.as_mut_ptr(),
-                c3 = in(reg) s3.0.as_mut_ptr(),
-                stride = in(reg) stride,
+                "tileloadd tmm1, [{weights} + {stride} * 1]",
+                "tileloadd tmm2, [{tokens} + {row_bytes} * 1]",
+                "tdpbssd tmm0, tmm1, tmm2",
+                "tilestored [{sums} + {row_bytes} * 1], tmm0",
+                weights = in(reg) m.quants[row * bpr + b].as_ptr(),
+                tokens = in(reg) panel.quants[b].as_ptr(),
+                sums = in(reg) sums.0.as_mut_ptr(),
+                stride = in(reg) bpr * crate::BLOCK,
                 row_bytes = in(reg) 64usize,
-                out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
-                out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
+                out("tmm0") _, out("tmm1") _, out("tmm2") _,
                 options(nostack),
             );
         }
-        for (i, sums) in sums.iter().enumerate() {
-            scale_into(&mut acc, sums, m, row, b + i, panel);
-        }
-        b += 4;
-    }
-    for b in b..bpr {
-        // SAFETY: as above, for one block.
-        unsafe {
-            asm!(
-                "tilezero tmm0",
-                "tileloadd tmm2, [{a0} + {stride} * 1]",
-                "tileloadd tmm3, [{b0} + {row_bytes} * 1]",
-                "tdpbssd tmm0, tmm2, tmm3",
-                "tilestored [{c0} + {row_bytes} * 1], tmm0",
-                a0 = in(reg) weights(b),
-                b0 = in(reg) tokens(b),
-                c0 = in(reg) sums[0].0.as_mut_ptr(),
-                stride = in(reg) stride,
-                row_bytes = in(reg) 64usize,
-                out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
-                out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
-                options(nostack),
-            );
-        }
-        scale_into(&mut acc, &sums[0], m, row, b, panel);
+        scale_into(&mut acc, &sums, m, row, b, panel);
     }
     acc
 }
@@ -265,7 +200,7 @@ unsafe fn group(m: &Q8Matrix, row: usize, panel: &Panel) -> [__m512; ROWS] {
 /// pairing registers a power of two apart.
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(super) fn transpose(r: &mut [__m512; 16]) {
+fn transpose(r: &mut [__m512; 16]) {
     let mut t = [_mm512_setzero_ps(); 16];
     for k in 0..8 {
         t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);

@@ -46,9 +46,9 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 
 proptest! {
     /// The tiles' sums are the integer sums `vpdpbusd` gives and are scaled in
-    /// the same order, so the products are equal bit for bit: blocks a row
-    /// from one to three times the four taken together and any left over,
-    /// part panels, one panel's rows shared among workers, and many panels.
+    /// the same order, so the products are equal bit for bit: one to thirteen
+    /// blocks a row, part panels, one panel's rows shared among workers, and
+    /// many panels.
     #[test]
     fn amx_tiles_give_the_vnni_product_bit_for_bit(
         (rows, cols, tokens, values, x) in (1usize..7, 1usize..14, 1usize..50)
