@@ -249,8 +249,7 @@ mod tests {
         for ((text, ours), theirs) in texts.iter().zip(&v).zip(reference(&dir, &texts)) {
             let similar = cosine(ours, &theirs);
             let tokens = model.tokenizer.encode(*text, true).unwrap().len();
-            let in_f32 =
-                tokens > super::super::short::SHORT_TOKENS && !deskbell_kernels::has_int8_product();
+            let in_f32 = tokens > super::super::short::SHORT_TOKENS && !super::super::short::int8();
             let floor = if in_f32 { 0.9999 } else { 0.998 };
             let start: String = text.chars().take(40).collect();
             assert!(similar > floor, "{start:?} ({tokens} tokens): {similar}");

@@ -86,11 +86,7 @@ fn matrix(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<(Vec<
 
 fn dense(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Dense> {
     let (full, weight) = matrix(tensors, &format!("{name}.weight"))?;
-    let full = if deskbell_kernels::has_int8_product() {
-        Vec::new()
-    } else {
-        full
-    };
+    let full = if int8() { Vec::new() } else { full };
     let bias = vector(tensors, &format!("{name}.bias"))?;
     anyhow::ensure!(
         bias.len() == weight.rows(),
@@ -211,8 +207,20 @@ impl Short {
     }
 }
 
+/// Whether products take 8-bit tokens: where the CPU multiplies 8 bits
+/// (`has_int8_product`), unless `DESKBELL_EMBED_INT8=off` asks for the f32
+/// products, a switch for measuring what the rounding costs on a labelled set
+/// (BENCHMARKS.md); read once, so one process never mixes the two.
+pub(super) fn int8() -> bool {
+    static INT8: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *INT8.get_or_init(|| {
+        deskbell_kernels::has_int8_product()
+            && !std::env::var("DESKBELL_EMBED_INT8").is_ok_and(|v| v == "off")
+    })
+}
+
 fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
-    let int8 = deskbell_kernels::has_int8_product();
+    let int8 = int8();
     if n > SHORT_TOKENS && !int8 {
         return super::long::linear(&dense.full, &dense.bias, x, n);
     }
