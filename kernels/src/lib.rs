@@ -301,9 +301,11 @@ pub fn on_workers<R: Send>(work: impl FnOnce() -> R + Send) -> R {
 /// nearly the whole ingest (3.4 s of a 3.5 s one). Now a worker that finishes its
 /// item takes what was queued meanwhile before the next items are handed over
 /// (the pool's queue is first in, first out): the question waited 16–18 ms at
-/// the median, where two items a worker made it 50 ms and the ingest took as
-/// long (BENCHMARKS.md, "A question during an ingest"). A caller gives items of
-/// about one size together, so the workers finish each round together.
+/// the median, where two items a worker made it 50 ms (BENCHMARKS.md, "A
+/// question during an ingest"). This holds for a caller outside the pool, as an
+/// ingest is (a blocking thread); from a worker, the next round goes to that
+/// worker's own queue, which comes first. A caller gives items of about one
+/// size together, so the workers finish each round together.
 pub fn each_on_workers<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let round = rayon::current_num_threads().max(1);
     let mut out = Vec::with_capacity(items.len());
