@@ -49,10 +49,12 @@ mod sentence;
 #[cfg(target_arch = "x86_64")]
 mod sentence_x86;
 mod tokens;
+mod workers;
 pub use q4::{Q4_1_BYTES, Q4Matrix};
 #[cfg(test)]
 use q8_few::every_q8_kernel;
 pub use sentence::dot_i8_rows;
+pub use workers::{each_on_workers, on_workers};
 #[cfg(target_arch = "x86_64")]
 mod int8;
 
@@ -279,40 +281,6 @@ impl Q8Matrix {
         }
         self.matmul(x, tokens, out)
     }
-}
-
-/// Runs `work` on one of the kernels' worker threads and waits for it. A product
-/// called from a worker shares its rows with the other worker directly; called
-/// from any other thread, each of the ~120 products a token takes is handed to the
-/// pool while its caller sleeps and is woken again, which cost a measured share
-/// of generation (issue 42). So a whole turn of generation runs through this.
-pub fn on_workers<R: Send>(work: impl FnOnce() -> R + Send) -> R {
-    rayon::scope(|_| work())
-}
-
-/// `work` applied to each item on the kernels' workers, results in order: for
-/// independent pieces each as large as a product (passages to embed), which keep
-/// every worker busy between their products too.
-///
-/// The items go to the pool one a worker at a time, not all at once. A worker
-/// takes work queued from outside the pool (a question's embedding, a turn of
-/// the chat model: [`on_workers`]) only when it has none of its own left, so one
-/// hand-off of a whole ingest's passages kept a visitor's question waiting for
-/// nearly the whole ingest (3.4 s of a 3.5 s one). Now a worker that finishes its
-/// item takes what was queued meanwhile before the next items are handed over
-/// (the pool's queue is first in, first out): the question waited 16–18 ms at
-/// the median, where two items a worker made it 50 ms (BENCHMARKS.md, "A
-/// question during an ingest"). This holds for a caller outside the pool, as an
-/// ingest is (a blocking thread); from a worker, the next round goes to that
-/// worker's own queue, which comes first. A caller gives items of about one
-/// size together, so the workers finish each round together.
-pub fn each_on_workers<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let round = rayon::current_num_threads().max(1);
-    let mut out = Vec::with_capacity(items.len());
-    for items in items.chunks(round) {
-        out.par_extend(items.par_iter().map(&work));
-    }
-    out
 }
 
 /// Whether [`Q8Matrix::product`] multiplies in 8 bits on this CPU (AVX-512 VNNI);
