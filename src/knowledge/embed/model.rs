@@ -88,11 +88,13 @@ impl Embedder {
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
         let made = deskbell_kernels::each_on_workers(&order, |&i| self.short.embed(&ids[i]));
-        let mut vectors = vec![Vec::new(); ids.len()];
+        let mut in_order: Vec<Option<anyhow::Result<Vec<f32>>>> =
+            std::iter::repeat_with(|| None).take(ids.len()).collect();
         for (i, vector) in order.into_iter().zip(made) {
-            vectors[i] = vector?;
+            in_order[i] = Some(vector);
         }
-        Ok(vectors)
+        // The error of the first text that failed, as when they ran in order.
+        in_order.into_iter().flatten().collect()
     }
 }
 
