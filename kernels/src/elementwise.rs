@@ -95,7 +95,7 @@ pub fn softmax(row: &mut [f32], scale: f32) {
 /// and stays scalar, and kept the loop around it (the exponentials) scalar too.
 /// `f` both takes an element in and joins two results, as a sum or a maximum.
 #[inline(always)]
-fn lanes(xs: &[f32], start: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+pub(crate) fn lanes(xs: &[f32], start: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
     lanes_joined(xs, start, &f, &f)
 }
 

@@ -27,7 +27,7 @@ use rayon::prelude::*;
 use crate::{BLOCK, Q4Matrix, Q8Matrix};
 
 #[cfg(target_os = "linux")]
-mod amx;
+pub(crate) mod amx;
 
 /// Tokens in a panel: one per 32-bit lane of a 512-bit register.
 const PANEL: usize = 16;

@@ -48,6 +48,7 @@ mod q8_x86;
 mod sentence;
 #[cfg(target_arch = "x86_64")]
 mod sentence_x86;
+pub mod tiles;
 mod tokens;
 mod workers;
 pub use q4::{Q4_1_BYTES, Q4Matrix};
@@ -87,6 +88,10 @@ pub enum ShapeError {
     Heads,
     /// More weights than memory can address.
     TooLarge { rows: usize, cols: usize },
+    /// A size the AMX tiles' product needs a multiple of, and the size given.
+    Multiple { of: usize, got: usize },
+    /// The CPU has no AMX-BF16 tiles, or Linux does not lend them (`tiles.rs`).
+    NoTiles,
     /// Matrices whose shapes do not multiply into the output's.
     Product {
         left: (usize, usize),
@@ -108,6 +113,10 @@ impl fmt::Display for ShapeError {
             ShapeError::Row { row, rows } => {
                 write!(f, "row {row} is past the matrix's {rows} rows")
             }
+            ShapeError::Multiple { of, got } => {
+                write!(f, "the tiles' product needs a multiple of {of}, not {got}")
+            }
+            ShapeError::NoTiles => write!(f, "this CPU has no AMX-BF16 tiles to use"),
             ShapeError::Heads => write!(f, "the attention heads do not fit the buffers"),
             ShapeError::TooLarge { rows, cols } => {
                 write!(f, "a matrix of {rows} × {cols} weights is too large")

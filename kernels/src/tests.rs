@@ -345,6 +345,7 @@ fn shapes_that_do_not_fit_are_refused_with_what_was_wrong() {
 mod amx;
 mod attention;
 mod q4;
+mod tiles;
 
 #[test]
 fn work_run_on_the_workers_runs_on_a_pool_thread_and_gives_its_result() {

@@ -41,22 +41,29 @@ pub(crate) fn available() -> bool {
     static USABLE: OnceLock<bool> = OnceLock::new();
     *USABLE.get_or_init(|| {
         let off = std::env::var("DESKBELL_AMX").is_ok_and(|v| v == "off");
-        !off && super::available() && cpu_has_amx_int8() && tiles_lent()
+        // Leaf 7's EDX bit 25: AMX-INT8.
+        !off && super::available() && cpu_has(25) && lent()
     })
 }
 
-fn cpu_has_amx_int8() -> bool {
-    // Leaf 7, subleaf 0: EDX bit 24 is AMX-TILE and bit 25 AMX-INT8.
+/// Whether the CPU has the tiles (leaf 7, subleaf 0, EDX bit 24: AMX-TILE) and
+/// the feature of EDX's bit `bit` (25 AMX-INT8, 22 AMX-BF16).
+pub(crate) fn cpu_has(bit: u32) -> bool {
     if __get_cpuid_max(0).0 < 7 {
         return false;
     }
     let features = __cpuid_count(7, 0).edx;
-    features & (1 << 24) != 0 && features & (1 << 25) != 0
+    features & (1 << 24) != 0 && features & (1 << bit) != 0
 }
 
-/// Asks Linux to lend this process's threads the tiles' state; false when it
-/// will not (an older kernel, or a hypervisor that hides the state).
-fn tiles_lent() -> bool {
+/// Asks Linux, once, to lend this process's threads the tiles' state; false
+/// when it will not (an older kernel, or a hypervisor that hides the state).
+pub(crate) fn lent() -> bool {
+    static LENT: OnceLock<bool> = OnceLock::new();
+    *LENT.get_or_init(ask_to_lend)
+}
+
+fn ask_to_lend() -> bool {
     const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
     const XFEATURE_XTILEDATA: libc::c_long = 18;
     // SAFETY: `arch_prctl` with this request only reads its two integers.
@@ -70,11 +77,10 @@ fn tiles_lent() -> bool {
     answer == 0
 }
 
-/// The tiles' shapes (`ldtilecfg`'s 64-byte operand, palette 1): `tmm0` holds
-/// sums (16 rows × 16 dwords), `tmm1` weights (16 rows × 32 bytes), `tmm2`
-/// tokens (8 rows × 64 bytes: 32 bytes of each of 16 tokens, four at a time).
+/// The tiles' shapes (`ldtilecfg`'s 64-byte operand, palette 1), here and in
+/// `tiles/amx.rs`.
 #[repr(C, align(64))]
-struct TileConfig {
+pub(crate) struct TileConfig {
     palette: u8,
     start_row: u8,
     reserved: [u8; 14],
@@ -83,7 +89,8 @@ struct TileConfig {
 }
 
 impl TileConfig {
-    const fn new() -> Self {
+    /// Tiles `tmm0..` shaped as `shapes` (bytes a row, rows), the rest unused.
+    pub(crate) const fn new(shapes: &[(u16, u8)]) -> Self {
         let mut config = TileConfig {
             palette: 1,
             start_row: 0,
@@ -91,7 +98,6 @@ impl TileConfig {
             bytes_per_row: [0; 16],
             rows: [0; 16],
         };
-        let shapes: [(u16, u8); 3] = [(64, 16), (32, 16), (64, 8)];
         let mut t = 0;
         while t < shapes.len() {
             config.bytes_per_row[t] = shapes[t].0;
@@ -100,9 +106,48 @@ impl TileConfig {
         }
         config
     }
+
+    /// Loads this configuration into the calling thread's tiles.
+    ///
+    /// # Safety
+    ///
+    /// [`lent`] must have returned true on a CPU with the tiles.
+    pub(crate) unsafe fn load(&self) {
+        // SAFETY: a palette-1 configuration of valid shapes (`new`); the
+        // caller found the tiles lent.
+        unsafe {
+            asm!(
+                "ldtilecfg [{}]",
+                in(reg) self,
+                out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
+                options(nostack, readonly),
+            )
+        };
+    }
 }
 
-static CONFIG: TileConfig = TileConfig::new();
+/// Gives the calling thread's tiles back, so it holds no tile state.
+///
+/// # Safety
+///
+/// As for [`TileConfig::load`].
+pub(crate) unsafe fn release() {
+    // SAFETY: as for this function.
+    unsafe {
+        asm!(
+            "tilerelease",
+            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
+            options(nostack, nomem),
+        )
+    };
+}
+
+/// `tmm0` holds sums (16 rows × 16 dwords), `tmm1` weights (16 rows × 32
+/// bytes), `tmm2` tokens (8 rows × 64 bytes: 32 bytes of each of 16 tokens,
+/// four at a time).
+static CONFIG: TileConfig = TileConfig::new(&[(64, 16), (32, 16), (64, 8)]);
 
 /// A tile's sums as `tilestored` writes them: row `i`, token `t`.
 #[repr(C, align(64))]
@@ -129,17 +174,8 @@ pub(super) unsafe fn panel_rows(
         n.is_multiple_of(ROWS) && first + n <= m.rows,
         "rows outside the matrix"
     );
-    // SAFETY: the configuration is a valid palette-1 one; `available` found the
-    // tiles and Linux lent them.
-    unsafe {
-        asm!(
-            "ldtilecfg [{}]",
-            in(reg) &CONFIG,
-            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
-            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
-            options(nostack, readonly),
-        )
-    };
+    // SAFETY: `available` found the tiles and Linux lent them.
+    unsafe { CONFIG.load() };
     for at in (0..n).step_by(ROWS) {
         // SAFETY: as for this function; the rows are within the matrix.
         let mut acc = unsafe { group(m, first + at, panel) };
@@ -152,15 +188,8 @@ pub(super) unsafe fn panel_rows(
             unsafe { _mm512_storeu_ps(out[at..at + ROWS].as_mut_ptr(), *acc) };
         }
     }
-    // SAFETY: gives the tiles' state back, so the thread holds none.
-    unsafe {
-        asm!(
-            "tilerelease",
-            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
-            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
-            options(nostack, nomem),
-        )
-    };
+    // SAFETY: as for `load` above.
+    unsafe { release() };
 }
 
 /// Rows `row..row + 16` against the panel: each row's sixteen lanes, one per

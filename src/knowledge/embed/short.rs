@@ -23,6 +23,7 @@ use std::collections::HashMap;
 
 use anyhow::Context;
 use candle_core::{Device, Tensor};
+use deskbell_kernels::tiles::{self, Bf16Matrix};
 use deskbell_kernels::{Q8Matrix, elementwise};
 
 /// Without VNNI, texts up to this many tokens take the 8-bit rows
@@ -42,6 +43,9 @@ struct Dense {
     /// The same weights in f32, row-major, for many tokens on the f32 GEMM;
     /// empty where the CPU multiplies many tokens in 8 bits (VNNI).
     full: Vec<f32>,
+    /// The same weights in bf16 for AMX tiles, where the CPU has them: a
+    /// passage's products run there (`deskbell_kernels::tiles`).
+    tiles: Option<Bf16Matrix>,
     bias: Vec<f32>,
 }
 
@@ -72,27 +76,48 @@ fn vector(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Vec<f
     Ok(t.flatten_all()?.to_vec1::<f32>()?)
 }
 
-/// A matrix's f32 values, row-major, and its 8-bit copy.
-fn matrix(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<(Vec<f32>, Q8Matrix)> {
+/// A matrix's shape and f32 values, row-major.
+fn matrix(
+    tensors: &HashMap<String, Tensor>,
+    name: &str,
+) -> anyhow::Result<(usize, usize, Vec<f32>)> {
     let t = tensors
         .get(name)
         .with_context(|| format!("model.safetensors has no {name}"))?;
     let (rows, cols) = t.dims2()?;
-    let full = t.flatten_all()?.to_vec1::<f32>()?;
-    let eight = Q8Matrix::quantize(rows, cols, &full)
-        .map_err(|e| anyhow::anyhow!("{name} cannot be quantized: {e}"))?;
-    Ok((full, eight))
+    Ok((rows, cols, t.flatten_all()?.to_vec1::<f32>()?))
 }
 
-fn dense(tensors: &HashMap<String, Tensor>, name: &str) -> anyhow::Result<Dense> {
-    let (full, weight) = matrix(tensors, &format!("{name}.weight"))?;
+/// Linear layers that read the same input, stacked into one (query, key and
+/// value: one product for the three), in each form its products take.
+fn dense(tensors: &HashMap<String, Tensor>, names: &[String]) -> anyhow::Result<Dense> {
+    let (mut rows, mut cols, mut full, mut bias) = (0, None, Vec::new(), Vec::new());
+    for name in names {
+        let (r, c, values) = matrix(tensors, &format!("{name}.weight"))?;
+        anyhow::ensure!(
+            *cols.get_or_insert(c) == c,
+            "{name} does not read the width of the layers stacked with it"
+        );
+        let b = vector(tensors, &format!("{name}.bias"))?;
+        anyhow::ensure!(b.len() == r, "{name}'s bias does not fit its weight");
+        rows += r;
+        full.extend(values);
+        bias.extend(b);
+    }
+    let cols = cols.unwrap_or(0);
+    let weight = Q8Matrix::quantize(rows, cols, &full)
+        .map_err(|e| anyhow::anyhow!("{} cannot be quantized: {e}", names.join(", ")))?;
+    // A shape the tiles do not take leaves the passage to the other products.
+    let tiles = tiles::available()
+        .then(|| Bf16Matrix::pack(rows, cols, &full).ok())
+        .flatten();
     let full = if int8() { Vec::new() } else { full };
-    let bias = vector(tensors, &format!("{name}.bias"))?;
-    anyhow::ensure!(
-        bias.len() == weight.rows(),
-        "{name}'s bias does not fit its weight"
-    );
-    Ok(Dense { weight, full, bias })
+    Ok(Dense {
+        weight,
+        full,
+        tiles,
+        bias,
+    })
 }
 
 fn norm(tensors: &HashMap<String, Tensor>, name: &str, eps: f32) -> anyhow::Result<Norm> {
@@ -110,27 +135,20 @@ impl Short {
         let mut stack = Vec::with_capacity(layers);
         for i in 0..layers {
             let at = |part: &str| format!("encoder.layer.{i}.{part}");
-            let (q, k, v) = (
-                dense(&tensors, &at("attention.self.query"))?,
-                dense(&tensors, &at("attention.self.key"))?,
-                dense(&tensors, &at("attention.self.value"))?,
-            );
-            let weight = Q8Matrix::stack(&[&q.weight, &k.weight, &v.weight])
-                .map_err(|e| anyhow::anyhow!("cannot stack layer {i}'s attention: {e}"))?;
-            let bias = [q.bias, k.bias, v.bias].concat();
-            let full = [q.full, k.full, v.full].concat();
+            let attention = ["query", "key", "value"].map(|p| at(&format!("attention.self.{p}")));
             stack.push(Layer {
-                qkv: Dense { weight, full, bias },
-                out: dense(&tensors, &at("attention.output.dense"))?,
+                qkv: dense(&tensors, &attention)?,
+                out: dense(&tensors, &[at("attention.output.dense")])?,
                 norm1: norm(&tensors, &at("attention.output.LayerNorm"), eps)?,
-                up: dense(&tensors, &at("intermediate.dense"))?,
-                down: dense(&tensors, &at("output.dense"))?,
+                up: dense(&tensors, &[at("intermediate.dense")])?,
+                down: dense(&tensors, &[at("output.dense")])?,
                 norm2: norm(&tensors, &at("output.LayerNorm"), eps)?,
             });
         }
         // Only the rows of a text's tokens are read: the 8-bit copy is enough.
-        let (_, words) = matrix(&tensors, "embeddings.word_embeddings.weight")?;
-        let dim = words.cols();
+        let (rows, dim, words) = matrix(&tensors, "embeddings.word_embeddings.weight")?;
+        let words = Q8Matrix::quantize(rows, dim, &words)
+            .map_err(|e| anyhow::anyhow!("the word embeddings cannot be quantized: {e}"))?;
         anyhow::ensure!(
             heads > 0 && dim % heads == 0,
             "heads do not divide the width"
@@ -190,7 +208,10 @@ impl Short {
     fn layer(&self, layer: &Layer, x: &mut [f32], n: usize) -> anyhow::Result<()> {
         let d = self.dim;
         let qkv = apply(&layer.qkv, x, n)?;
-        let context = if n > SHORT_TOKENS {
+        let context = if n > SHORT_TOKENS && tiles::available() {
+            tiles::attention(&qkv, n, d, self.heads)
+                .or_else(|_| super::long::attention(&qkv, n, d, self.heads))?
+        } else if n > SHORT_TOKENS {
             super::long::attention(&qkv, n, d, self.heads)?
         } else {
             attention(&qkv, n, d, self.heads)
@@ -220,6 +241,11 @@ pub(super) fn int8() -> bool {
 }
 
 fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
+    if let (true, Some(tiles)) = (n > SHORT_TOKENS, &dense.tiles) {
+        return tiles
+            .product(x, n, &dense.bias)
+            .map_err(|e| anyhow::anyhow!("{e}"));
+    }
     let int8 = int8();
     if n > SHORT_TOKENS && !int8 {
         return super::long::linear(&dense.full, &dense.bias, x, n);
@@ -232,10 +258,15 @@ fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
         dense.weight.matmul_rows_expanded(x, n, &mut out)
     };
     product.map_err(|e| anyhow::anyhow!("{e}"))?;
-    for row in out.chunks_exact_mut(rows) {
-        row.iter_mut().zip(&dense.bias).for_each(|(v, b)| *v += b);
-    }
+    add_bias(&mut out, &dense.bias);
     Ok(out)
+}
+
+/// Each token's outputs (`bias.len()` of them) plus the bias.
+fn add_bias(out: &mut [f32], bias: &[f32]) {
+    for row in out.chunks_exact_mut(bias.len()) {
+        row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+    }
 }
 
 /// Every token attends to every token, head by head; `qkv` holds each token's
