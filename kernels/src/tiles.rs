@@ -201,6 +201,9 @@ impl Bf16Matrix {
         if !bias.is_empty() {
             crate::check_len(self.rows, bias.len())?;
         }
+        if tokens == 0 {
+            return Ok(Vec::new());
+        }
         let padded = tokens.next_multiple_of(TILE);
         let a = in_tiles(x, tokens, self.cols, self.cols, padded, self.cols);
         let len = padded * self.rows;
@@ -235,9 +238,14 @@ fn add_bias(out: &mut [f32], bias: &[f32]) {
 }
 
 /// An initialised buffer seen as one the tiles may write.
-fn writable(out: &mut [f32]) -> &mut [MaybeUninit<f32>] {
-    // SAFETY: `MaybeUninit<f32>` has `f32`'s layout, and only f32 values are
-    // written through it, so `out` stays initialised.
+///
+/// # Safety
+///
+/// Only initialised values may be written through the result (`multiply`
+/// writes f32 sums), so that `out` stays initialised.
+unsafe fn writable(out: &mut [f32]) -> &mut [MaybeUninit<f32>] {
+    // SAFETY: `MaybeUninit<f32>` has `f32`'s layout; the caller keeps it
+    // initialised.
     unsafe { &mut *(out as *mut [f32] as *mut [MaybeUninit<f32>]) }
 }
 
@@ -268,6 +276,9 @@ fn multiply(
     if out.len() < (rows - 1) * stride + at + n {
         return Err(shape());
     }
+    // Elsewhere nothing is written, so `product` must not take it as done.
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    return Err(ShapeError::NoTiles);
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     // SAFETY: `available` found the tiles and Linux lent them; every tile load
     // reads within `a` (rows × k) and `packed` (k × n), and every store writes

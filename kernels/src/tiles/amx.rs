@@ -29,6 +29,8 @@ pub(super) unsafe fn tiles(
     stride: usize,
 ) {
     let chunks = k / DEPTH;
+    // The loops below count chunks down to zero: none would be 2^64 rounds.
+    assert!(chunks > 0, "a product over no values");
     let out_row = stride * 4;
     // SAFETY: the caller found the tiles lent (this function's condition).
     unsafe { CONFIG.load() };

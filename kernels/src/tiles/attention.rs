@@ -33,10 +33,26 @@ pub fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Result<Vec<f3
         let part = |token: usize, which: usize| &qkv[token * 3 * d + which * d + at..][..size];
         let queries = in_tiles(&qkv[at..], n, 3 * d, size, rows, size);
         let keys_t = Packed::from_columns(size, n, |j| part(j, 1));
-        multiply(&queries, rows, &keys_t, writable(&mut scores), keys, 0)?;
+        // SAFETY: the tiles write f32 sums only.
+        multiply(
+            &queries,
+            rows,
+            &keys_t,
+            unsafe { writable(&mut scores) },
+            keys,
+            0,
+        )?;
         let weights = exponentials(&scores, n, keys, rows, scale, &mut sums);
         let values = Packed::from_rows(n, size, |j| part(j, 2));
-        multiply(&weights, rows, &values, writable(&mut out), d, at)?;
+        // SAFETY: as above.
+        multiply(
+            &weights,
+            rows,
+            &values,
+            unsafe { writable(&mut out) },
+            d,
+            at,
+        )?;
         for (row, sum) in out.chunks_exact_mut(d).zip(&sums) {
             let inverse = 1.0 / sum;
             row[at..at + size].iter_mut().for_each(|v| *v *= inverse);
@@ -83,9 +99,12 @@ fn exponentials(
                 e[valid..].fill(0.0);
             }
             let dest = &mut a[tile_row + c * TILE * DEPTH + half * TILE..][..TILE];
+            // The sum is of the weights as rounded, the ones the context
+            // is made of, so that they sum to one exactly as used.
             for l in 0..TILE {
-                acc[l] += e[l];
-                dest[l] = super::bf16(e[l]);
+                let rounded = super::bf16(e[l]);
+                dest[l] = rounded;
+                acc[l] += f32::from_bits(u32::from(rounded) << 16);
             }
         }
         *sum = acc.iter().sum();

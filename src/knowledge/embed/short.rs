@@ -242,9 +242,10 @@ pub(super) fn int8() -> bool {
 
 fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
     if let (true, Some(tiles)) = (n > SHORT_TOKENS, &dense.tiles) {
-        return tiles
-            .product(x, n, &dense.bias)
-            .map_err(|e| anyhow::anyhow!("{e}"));
+        // As attention does, a product the tiles refuse is left to the others.
+        if let Ok(out) = tiles.product(x, n, &dense.bias) {
+            return Ok(out);
+        }
     }
     let int8 = int8();
     if n > SHORT_TOKENS && !int8 {
