@@ -28,6 +28,10 @@ proptest! {
 
     /// Any whole number of tiles' rows and columns, and any number of tokens
     /// (the last rows padded, the last odd tile of sixteen rows on its own).
+    /// The products of two bf16 values are exact in f32; what is left is the
+    /// f32 sums' rounding (at most 128 of them here: within 1e-5 of the sum of
+    /// magnitudes), where a value in the wrong place would be off by its own
+    /// size.
     #[test]
     fn the_tile_product_is_the_product_of_the_rounded_values(
         (rows, cols, tokens, w, x) in (1usize..4, 1usize..5, 1usize..70)
@@ -47,7 +51,7 @@ proptest! {
                 let terms = (0..cols).map(|k| widen(bf16(x[t * cols + k])) * widen(bf16(w[r * cols + k])));
                 let (exact, size) = terms.fold((0.0, 0.0), |(s, a), v| (s + v, a + v.abs()));
                 let ours = f64::from(out[t * rows + r]);
-                prop_assert!((ours - exact).abs() <= 1e-6 * size + 1e-9, "token {t} row {r}: {ours} against {exact}");
+                prop_assert!((ours - exact).abs() <= 1e-5 * size + 1e-9, "token {t} row {r}: {ours} against {exact}");
             }
         }
     }
