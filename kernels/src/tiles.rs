@@ -59,7 +59,7 @@ pub fn available() -> bool {
 
 /// `x` rounded to the nearest bf16, ties to even; not a number stays one.
 #[inline(always)]
-pub fn bf16(x: f32) -> u16 {
+pub(crate) fn bf16(x: f32) -> u16 {
     let bits = x.to_bits();
     let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16;
     if x.is_nan() {
@@ -88,10 +88,10 @@ fn in_tiles(x: &[f32], n: usize, stride: usize, used: usize, rows: usize, k: usi
     a
 }
 
-/// A `k × n` right-hand side packed for the tiles (`value(i, j)` is row `i`,
-/// column `j`), zeros added to make `k` a multiple of 32 and `n` of 32.
+/// A `k × n` right-hand side packed for the tiles, zeros added to make `k` and
+/// `n` multiples of 32.
 #[derive(Clone, Debug)]
-pub struct Packed {
+struct Packed {
     k: usize,
     n: usize,
     tiles: Vec<u16>,
@@ -119,7 +119,7 @@ impl Packed {
 
     /// `n` columns of `k` values each, column `j` being `column(j)`: a weight
     /// matrix's rows, or attention's keys.
-    pub fn from_columns<'a>(k: usize, n: usize, column: impl Fn(usize) -> &'a [f32]) -> Packed {
+    fn from_columns<'a>(k: usize, n: usize, column: impl Fn(usize) -> &'a [f32]) -> Packed {
         let mut packed = Packed::zeros(k, n);
         for j in 0..n {
             let at = packed.column_at(j);
@@ -135,7 +135,7 @@ impl Packed {
     }
 
     /// `k` rows of `n` values each, row `i` being `row(i)`: attention's values.
-    pub fn from_rows<'a>(k: usize, n: usize, row: impl Fn(usize) -> &'a [f32]) -> Packed {
+    fn from_rows<'a>(k: usize, n: usize, row: impl Fn(usize) -> &'a [f32]) -> Packed {
         let mut packed = Packed::zeros(k, n);
         let group = packed.k * TILE;
         for i in 0..k {
@@ -148,11 +148,6 @@ impl Packed {
             }
         }
         packed
-    }
-
-    /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        self.tiles.len() * 2
     }
 }
 
@@ -183,14 +178,6 @@ impl Bf16Matrix {
         crate::check_len(expected, values.len())?;
         let packed = Packed::from_columns(cols, rows, |r| &values[r * cols..][..cols]);
         Ok(Bf16Matrix { rows, cols, packed })
-    }
-
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.packed.bytes()
     }
 
     /// `out[t * rows + r]` = row `r` · token `t` + `bias[r]` (none if `bias`

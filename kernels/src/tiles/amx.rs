@@ -2,7 +2,6 @@
 //! `tdpbf16ps` over `k` with four tiles of sums held, and their stores.
 
 use std::arch::asm;
-use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
 
 use super::{DEPTH, TILE, WIDE};
 use crate::int8::amx::{TileConfig, release};
@@ -38,15 +37,6 @@ pub(super) unsafe fn tiles(
         // Two groups of sixteen columns, each `k × 16` packed in turn.
         let b = packed[col * k..].as_ptr();
         let b_next = packed[(col + TILE) * k..].as_ptr();
-        // The weights are read once a passage, from memory, and a tile load
-        // waits for its lines: the next columns' tiles are asked for now, into
-        // the core's second-level cache, while these columns' rows run.
-        if let Some(next) = packed.get((col + WIDE) * k..(col + 2 * WIDE) * k) {
-            for line in next.chunks(32) {
-                // SAFETY: a hint, on an address within `packed`.
-                unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
-            }
-        }
         let mut row = 0;
         while row < rows {
             // SAFETY: rows `row..row + 16` (or 32) of `a` and of the output,

@@ -263,6 +263,33 @@ mod tests {
         );
     }
 
+    /// Where the CPU has AMX-BF16, a passage takes the bf16 tiles, so the test
+    /// below would no longer cover the 8-bit path that CPUs with VNNI alone
+    /// take. `DESKBELL_AMX` is read once a process: the test is run again in
+    /// a process of its own with the tiles kept to 8 bits.
+    #[test]
+    fn the_vectors_hold_with_passages_on_the_8_bit_tiles_too() {
+        if std::env::var_os("DESKBELL_TEST_EMBEDDER").is_none()
+            || !deskbell_kernels::tiles::available()
+        {
+            eprintln!("no embedder or no AMX-BF16 here: the test below covers this path");
+            return;
+        }
+        let name = "knowledge::embed::model::tests::a_question_in_other_words_is_nearer_its_page_than_another_page";
+        let run = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture"])
+            .env("DESKBELL_AMX", "int8")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success(),
+            "{said}{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert!(said.contains("1 passed"), "{said}");
+    }
+
     #[test]
     fn a_question_in_other_words_is_nearer_its_page_than_another_page() {
         let Some((dir, model)) = test_embedder() else {

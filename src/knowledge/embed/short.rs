@@ -208,13 +208,16 @@ impl Short {
     fn layer(&self, layer: &Layer, x: &mut [f32], n: usize) -> anyhow::Result<()> {
         let d = self.dim;
         let qkv = apply(&layer.qkv, x, n)?;
-        let context = if n > SHORT_TOKENS && tiles::available() {
-            tiles::attention(&qkv, n, d, self.heads)
-                .or_else(|_| super::long::attention(&qkv, n, d, self.heads))?
-        } else if n > SHORT_TOKENS {
-            super::long::attention(&qkv, n, d, self.heads)?
-        } else {
+        let context = if n <= SHORT_TOKENS {
             attention(&qkv, n, d, self.heads)
+        } else {
+            // The tiles where the CPU has them; heads they do not take (not
+            // a multiple of 32 wide) go to the GEMM, as everywhere else.
+            let tiled = tiles::available().then(|| tiles::attention(&qkv, n, d, self.heads));
+            match tiled {
+                Some(Ok(context)) => context,
+                _ => super::long::attention(&qkv, n, d, self.heads)?,
+            }
         };
         let attended = apply(&layer.out, &context, n)?;
         x.iter_mut().zip(&attended).for_each(|(a, b)| *a += b);
