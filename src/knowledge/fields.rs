@@ -10,7 +10,14 @@ pub(super) struct Fields {
     pub path: Field,
     pub title: Field,
     pub url: Field,
+    /// The passage's text, kept for the prompt and citations; searched
+    /// through `flat`.
     pub body: Field,
+    /// The passage's own heading and body together (`ingest::searched_text`),
+    /// indexed and not stored: BM25's "flat" field, where a heading's word
+    /// counts as a body word does. The whole heading path is also searched on
+    /// its own (`title`, boosted).
+    pub flat: Field,
     /// The passage's vector (SPEC §21), in the same document as its text so
     /// that a generation's passages and vectors are committed together; a fast
     /// field (a column), not stored, so the document store keeps text only.
@@ -26,11 +33,17 @@ pub(super) fn schema() -> (Schema, Fields) {
                 .set_index_option(IndexRecordOption::WithFreqsAndPositions),
         )
         .set_stored();
+    let searched_only = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer("en_stem")
+            .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+    );
     let fields = Fields {
         path: builder.add_text_field("path", STRING | STORED),
         title: builder.add_text_field("title", stemmed.clone()),
         url: builder.add_text_field("url", STORED),
-        body: builder.add_text_field("body", stemmed),
+        body: builder.add_text_field("body", STORED),
+        flat: builder.add_text_field("flat", searched_only),
         vector: builder.add_bytes_field("vector", FAST),
     };
     (builder.build(), fields)

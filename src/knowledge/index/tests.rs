@@ -206,7 +206,7 @@ fn a_large_index_is_not_searched_in_place() {
 /// title (boosted) and the body.
 fn parsed_query(index: &SiteIndex, cleaned: &str) -> Box<dyn Query> {
     let tantivy = index.reader.searcher().index().clone();
-    let mut parser = QueryParser::for_index(&tantivy, vec![index.fields.title, index.fields.body]);
+    let mut parser = QueryParser::for_index(&tantivy, vec![index.fields.title, index.fields.flat]);
     parser.set_field_boost(index.fields.title, TITLE_BOOST);
     parser.parse_query_lenient(cleaned).0
 }
