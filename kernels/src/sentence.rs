@@ -103,13 +103,24 @@ pub fn dot_i8_rows(query: &[i8], rows: &[i8], out: &mut [i32]) -> Result<(), Sha
     }
     check_len(out.len() * dim, rows.len())?;
     if out.len() <= SCAN_ROWS_PER_TASK {
-        dot_i8_all(query, rows, out);
+        scan(query, rows, out);
         return Ok(());
     }
     out.par_chunks_mut(SCAN_ROWS_PER_TASK)
         .zip(rows.par_chunks(SCAN_ROWS_PER_TASK * dim))
-        .for_each(|(out, rows)| dot_i8_all(query, rows, out));
+        .for_each(|(out, rows)| scan(query, rows, out));
     Ok(())
+}
+
+/// One task's rows, on VNNI where the CPU has it.
+fn scan(query: &[i8], rows: &[i8], out: &mut [i32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::sentence_x86::scan_vnni() {
+        // SAFETY: `scan_vnni` found the instructions it is compiled for.
+        unsafe { super::sentence_x86::dot_i8_rows_vnni(query, rows, out) };
+        return;
+    }
+    dot_i8_all(query, rows, out);
 }
 
 /// Rows of a scan per task: 768 KB of 384-byte vectors, so a task is worth
