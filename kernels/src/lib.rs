@@ -55,7 +55,7 @@ pub use q4::{Q4_1_BYTES, Q4Matrix};
 #[cfg(test)]
 use q8_few::every_q8_kernel;
 pub use sentence::dot_i8_rows;
-pub use workers::{each_on_workers, on_workers};
+pub use workers::{each_on_workers, on_workers, spawn_on_workers};
 #[cfg(target_arch = "x86_64")]
 mod int8;
 

@@ -18,6 +18,26 @@ pub fn on_workers<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| work())
 }
 
+/// Runs `work` on one of the kernels' worker threads, as [`on_workers`] does,
+/// without waiting: `done` receives its result on that worker. An async caller
+/// passes a channel's sender, so no blocking thread is parked per call, where
+/// one waited in [`on_workers`] for each question (the first token was the same
+/// either way at one visitor; BENCHMARKS.md, "BM25 over the heading and body
+/// together"). The ingest holds back for it from now on, as for
+/// [`on_workers`]. A panic in `work` reaches `done` as an error: on a spawned
+/// job it would otherwise abort the process.
+pub fn spawn_on_workers<R: Send + 'static>(
+    work: impl FnOnce() -> R + Send + 'static,
+    done: impl FnOnce(std::thread::Result<R>) + Send + 'static,
+) {
+    let waiting = Foreground::enter();
+    rayon::spawn(move || {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+        drop(waiting);
+        done(result);
+    });
+}
+
 /// Work on the pool for a visitor now ([`on_workers`] calls under way).
 static FOREGROUND: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 

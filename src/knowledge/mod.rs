@@ -169,9 +169,9 @@ pub enum Mode {
 }
 
 /// BM25 and the search by meaning at once, fused: the question is embedded
-/// and its nearest passages found on a kernels' worker (waited for by a
-/// blocking thread) while BM25 runs (in place when cheap), both in the
-/// generation the vectors were read from.
+/// and its nearest passages found on a kernels' worker (its result awaited
+/// here, with no blocking thread between) while BM25 runs (in place when
+/// cheap), both in the generation the vectors were read from.
 async fn hybrid(
     index: Arc<index::SiteIndex>,
     dense: Arc<dense::Dense>,
@@ -187,21 +187,19 @@ async fn hybrid(
     let owned = question.to_string();
     let depth = DEPTH.max(limit);
     let asked = Instant::now();
+    // Handed to the kernels' workers now, so that it runs while BM25 does.
     let near = {
         let dense = dense.clone();
-        tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let started = Instant::now();
-            embedding.embed_one_then(&owned, |vector| {
-                let embedded = Instant::now();
-                let near = dense.nearest(&vector, depth);
-                let times = SearchTimes {
-                    asked,
-                    started,
-                    embedded,
-                    found: Instant::now(),
-                };
-                (near, times)
-            })
+        embedding.embed_one_then(owned, move |vector, started| {
+            let embedded = Instant::now();
+            let near = dense.nearest(&vector, depth);
+            let times = SearchTimes {
+                asked,
+                started,
+                embedded,
+                found: Instant::now(),
+            };
+            (near, times)
         })
     };
     let bm25 = if mode == Mode::Dense {
@@ -214,7 +212,7 @@ async fn hybrid(
             .await??
     };
     let bm25_done = Instant::now();
-    let near = match near.await? {
+    let near = match near.await {
         Ok((near, times)) => {
             times.log(bm25_done);
             near

@@ -266,11 +266,13 @@ pub async fn ingest(quick: bool) -> anyhow::Result<()> {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let asker = {
         let (embedding, stop) = (embedding.clone(), stop.clone());
+        let runtime = tokio::runtime::Handle::current();
         std::thread::spawn(move || -> anyhow::Result<Samples> {
             let mut times = Samples::default();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let t = Instant::now();
-                embedding.embed_one_then("can I send it back?", |v| v)?;
+                let asked = embedding.embed_one_then("can I send it back?".into(), |v, _| v);
+                runtime.block_on(asked)?;
                 times.push(t.elapsed());
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }

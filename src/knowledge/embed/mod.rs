@@ -82,19 +82,50 @@ impl Embedding {
         }
     }
 
-    /// A question's vector, then `then` with it, both on one of the kernels'
-    /// workers: the search by meaning runs on the core the embedding has just
-    /// woken and warmed, and may share its scan with the other worker there.
-    pub fn embed_one_then<R: Send>(
-        &self,
-        text: &str,
-        then: impl FnOnce(Vec<f32>) -> R + Send,
-    ) -> anyhow::Result<R> {
+    /// A question's vector, then `then` with it and the moment a worker took
+    /// it up, both on one of the kernels' workers: the search by meaning runs
+    /// on the core the embedding has just woken and warmed, and may share its
+    /// scan with the other worker there. The work is handed to the pool now,
+    /// and its result comes back to the returned future, with no blocking
+    /// thread between (`deskbell_kernels::spawn_on_workers`).
+    pub fn embed_one_then<R, F>(
+        self: &Arc<Self>,
+        text: String,
+        then: F,
+    ) -> impl std::future::Future<Output = anyhow::Result<R>> + use<R, F>
+    where
+        R: Send + 'static,
+        F: FnOnce(Vec<f32>, std::time::Instant) -> R + Send + 'static,
+    {
         #[cfg(feature = "local-model")]
-        return deskbell_kernels::on_workers(|| self.model.embed_question(text).map(then));
+        let received = {
+            let (sent, received) = tokio::sync::oneshot::channel();
+            let embedding = self.clone();
+            deskbell_kernels::spawn_on_workers(
+                move || {
+                    let started = std::time::Instant::now();
+                    embedding
+                        .model
+                        .embed_question(&text)
+                        .map(|vector| then(vector, started))
+                },
+                move |result| {
+                    // The asker may have gone (a closed turn): nothing to tell.
+                    let _ = sent.send(result);
+                },
+            );
+            received
+        };
         #[cfg(not(feature = "local-model"))]
-        {
-            let _ = (text, then);
+        let _ = (text, then);
+        async move {
+            #[cfg(feature = "local-model")]
+            return match received.await {
+                Ok(Ok(result)) => result,
+                Ok(Err(_)) => anyhow::bail!("the question's embedding panicked"),
+                Err(_) => anyhow::bail!("the question's embedding ended without a result"),
+            };
+            #[cfg(not(feature = "local-model"))]
             anyhow::bail!("this build has no embedding model")
         }
     }
