@@ -188,7 +188,12 @@ pub(crate) unsafe fn dot_i8_rows_vnni(query: &[i8], rows: &[i8], out: &mut [i32]
     }
     let whole = dim / 64 * 64;
     let flip = _mm512_set1_epi8(i8::MIN);
-    let correction: i32 = 128 * query[..whole].iter().map(|&q| i32::from(q)).sum::<i32>();
+    // Wrapping sums: the instruction's own wrap, so the result is exact
+    // wherever the true dot product fits in an i32.
+    let correction = query[..whole]
+        .iter()
+        .fold(0i32, |sum, &q| sum.wrapping_add(i32::from(q)))
+        .wrapping_mul(128);
     for (row, out) in rows.chunks_exact(dim).zip(out.iter_mut()) {
         // Two running sums, so that each `vpdpbusd` need not wait for the last.
         let mut even = _mm512_setzero_si512();
@@ -219,7 +224,9 @@ pub(crate) unsafe fn dot_i8_rows_vnni(query: &[i8], rows: &[i8], out: &mut [i32]
             .zip(&query[whole..])
             .map(|(&r, &q)| i32::from(r) * i32::from(q))
             .sum();
-        *out = _mm512_reduce_add_epi32(_mm512_add_epi32(even, odd)) - correction + tail;
+        *out = _mm512_reduce_add_epi32(_mm512_add_epi32(even, odd))
+            .wrapping_sub(correction)
+            .wrapping_add(tail);
     }
 }
 

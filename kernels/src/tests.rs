@@ -78,15 +78,24 @@ proptest! {
         };
         let query: Vec<i8> = (0..dim).map(|_| next()).collect();
         let matrix: Vec<i8> = (0..dim * rows).map(|_| next()).collect();
+        let want: Vec<i32> = matrix
+            .chunks_exact(dim)
+            .map(|row| row.iter().zip(&query).map(|(a, b)| i32::from(*a) * i32::from(*b)).sum())
+            .collect();
         let mut out = vec![0i32; rows];
         dot_i8_rows(&query, &matrix, &mut out).unwrap();
-        for (r, got) in out.iter().enumerate() {
-            let want: i32 = matrix[r * dim..(r + 1) * dim]
-                .iter()
-                .zip(&query)
-                .map(|(a, b)| i32::from(*a) * i32::from(*b))
-                .sum();
-            prop_assert_eq!(*got, want);
+        prop_assert_eq!(&out, &want, "the public scan");
+        // Each scan this CPU runs, the portable one included: the public one
+        // takes VNNI's where it can, leaving the other untested there.
+        let mut portable = vec![0i32; rows];
+        sentence::dot_i8_all(&query, &matrix, &mut portable);
+        prop_assert_eq!(&portable, &want, "the portable scan");
+        #[cfg(target_arch = "x86_64")]
+        if sentence_x86::scan_vnni() {
+            let mut vnni = vec![0i32; rows];
+            // SAFETY: `scan_vnni` found the instructions.
+            unsafe { sentence_x86::dot_i8_rows_vnni(&query, &matrix, &mut vnni) };
+            prop_assert_eq!(&vnni, &want, "the VNNI scan");
         }
         if rows > 0 {
             prop_assert!(dot_i8_rows(&query, &matrix[1..], &mut out).is_err());

@@ -25,7 +25,8 @@ pub fn on_workers<R: Send>(work: impl FnOnce() -> R + Send) -> R {
 /// either way at one visitor; BENCHMARKS.md, "BM25 over the heading and body
 /// together"). The ingest holds back for it from now on, as for
 /// [`on_workers`]. A panic in `work` reaches `done` as an error: on a spawned
-/// job it would otherwise abort the process.
+/// job it would otherwise abort the process. `done` itself must not panic (a
+/// channel's send does not).
 pub fn spawn_on_workers<R: Send + 'static>(
     work: impl FnOnce() -> R + Send + 'static,
     done: impl FnOnce(std::thread::Result<R>) + Send + 'static,
@@ -38,7 +39,8 @@ pub fn spawn_on_workers<R: Send + 'static>(
     });
 }
 
-/// Work on the pool for a visitor now ([`on_workers`] calls under way).
+/// Work on the pool for a visitor now ([`on_workers`] and
+/// [`spawn_on_workers`] calls under way).
 static FOREGROUND: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The longest an ingest's round waits for a visitor's work to finish: a
@@ -46,7 +48,7 @@ static FOREGROUND: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsi
 /// takes seconds, during which the ingest still goes on, a round per this.
 const YIELD_FOR: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// Counts one [`on_workers`] call for as long as it lives, panics included.
+/// Counts one visitor's call for as long as it lives, panics included.
 struct Foreground;
 
 impl Foreground {

@@ -257,9 +257,9 @@ impl SiteIndex {
         Ok(hits.into_iter().map(|(s, a)| (a, s)).collect())
     }
 
-    /// Every word of the question in the title (boosted) or the body, as one
-    /// flat disjunction of term queries. It scores each passage as the query
-    /// parser's `(title:w OR body:w) OR …` does, BM25 summed over the same terms,
+    /// Every word of the question in the heading path (boosted) or the `flat`
+    /// field, as one flat disjunction of term queries. It scores each passage as
+    /// the query parser's `(title:w OR flat:w) OR …` does, BM25 summed over the same terms,
     /// but only a flat one lets tantivy skip blocks of passages that cannot reach
     /// the top (block-max WAND); the nested groups made every question score
     /// every passage holding any of its words. Words are never operators here.

@@ -203,7 +203,7 @@ fn a_large_index_is_not_searched_in_place() {
 }
 
 /// The question parser's exact query as it was: one group per word over the
-/// title (boosted) and the body.
+/// heading path (boosted) and the `flat` field.
 fn parsed_query(index: &SiteIndex, cleaned: &str) -> Box<dyn Query> {
     let tantivy = index.reader.searcher().index().clone();
     let mut parser = QueryParser::for_index(&tantivy, vec![index.fields.title, index.fields.flat]);
