@@ -12,6 +12,10 @@ const OVERLAP_CHARS: usize = 200;
 pub struct Chunk {
     /// `Title › Section › Subsection`.
     pub heading: String,
+    /// The last of the path, `Subsection` (the title where the chunk is under
+    /// no heading of its own): what BM25 counts with the text. Kept apart, as a
+    /// title may hold ` › ` itself.
+    pub own_heading: String,
     pub text: String,
 }
 
@@ -21,7 +25,8 @@ pub fn chunks(title: &str, text: &str) -> Vec<Chunk> {
     let mut paragraphs: Vec<String> = Vec::new();
     let flush = |path: &[(usize, String)], paragraphs: &mut Vec<String>, out: &mut Vec<Chunk>| {
         let heading = heading_path(title, path);
-        pack(&heading, std::mem::take(paragraphs), out);
+        let own = path.last().map_or(title, |(_, name)| name.as_str());
+        pack((&heading, own), std::mem::take(paragraphs), out);
     };
     for block in text.split("\n\n").map(str::trim).filter(|b| !b.is_empty()) {
         let mut lines = block.lines();
@@ -54,13 +59,14 @@ fn heading_path(title: &str, path: &[(usize, String)]) -> String {
     parts.join(" › ")
 }
 
-fn pack(heading: &str, paragraphs: Vec<String>, out: &mut Vec<Chunk>) {
+fn pack((heading, own): (&str, &str), paragraphs: Vec<String>, out: &mut Vec<Chunk>) {
     let mut current = String::new();
     let mut last = String::new();
     for paragraph in paragraphs.into_iter().flat_map(split_long) {
         if !current.is_empty() && current.len() + paragraph.len() > CHUNK_CHARS {
             out.push(Chunk {
                 heading: heading.to_string(),
+                own_heading: own.to_string(),
                 text: std::mem::take(&mut current),
             });
             if last.len() <= OVERLAP_CHARS {
@@ -76,6 +82,7 @@ fn pack(heading: &str, paragraphs: Vec<String>, out: &mut Vec<Chunk>) {
     if !current.trim().is_empty() {
         out.push(Chunk {
             heading: heading.to_string(),
+            own_heading: own.to_string(),
             text: current,
         });
     }
@@ -130,6 +137,24 @@ mod tests {
                 ("Returns › How to return".into(), "Step one.".into()),
                 ("Returns › How to return › Labels".into(), "Printed.".into()),
                 ("Returns › Refunds".into(), "Five days.".into()),
+            ]
+        );
+    }
+
+    /// BM25 counts a chunk's own heading with its text; a title that holds the
+    /// path's separator itself stays whole.
+    #[test]
+    fn a_chunk_keeps_its_own_heading_whole_beside_its_path() {
+        let text = "Intro.\n\n## Express\n\nOne day.";
+        let got: Vec<(String, String)> = chunks("Help › Shipping", text)
+            .into_iter()
+            .map(|c| (c.heading, c.own_heading))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("Help › Shipping".into(), "Help › Shipping".into()),
+                ("Help › Shipping › Express".into(), "Express".into()),
             ]
         );
     }

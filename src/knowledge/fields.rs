@@ -13,7 +13,7 @@ pub(super) struct Fields {
     /// The passage's text, kept for the prompt and citations; searched
     /// through `flat`.
     pub body: Field,
-    /// The passage's own heading and body together (`ingest::searched_text`),
+    /// The passage's own heading (`Chunk::own_heading`) and body together,
     /// indexed and not stored: BM25's "flat" field, where a heading's word
     /// counts as a body word does. The whole heading path is also searched on
     /// its own (`title`, boosted).

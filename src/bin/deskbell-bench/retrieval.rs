@@ -140,6 +140,19 @@ fn write_corpus(set: &Set, docs: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The first 12 hex digits of the SHA-256 of the set's three files.
+fn set_hash(dir: &Path) -> anyhow::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for file in ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"] {
+        let bytes = std::fs::read(dir.join(file))
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.join(file).display()))?;
+        hash.update((bytes.len() as u64).to_le_bytes());
+        hash.update(&bytes);
+    }
+    Ok(hex::encode(hash.finalize())[..12].to_string())
+}
+
 fn document_of(path: &str) -> String {
     Path::new(path)
         .file_stem()
@@ -167,8 +180,9 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
     if !whole {
         set = subset(set);
     }
-    // The set is named by its folder; each set and size is built in a folder
-    // of its own, kept between runs.
+    // The set is named by its folder. Each set and size is built in a folder
+    // of its own, kept between runs and named by the set's files' hash too, so
+    // a changed set under the same name is never scored on the old one's index.
     let set_name = set_dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -177,7 +191,7 @@ pub async fn figures(quick: bool) -> anyhow::Result<()> {
     let size = if whole { "full" } else { "quick" };
     let work = Path::new("target")
         .join("retrieval-quality")
-        .join(&set_name)
+        .join(format!("{set_name}-{}", set_hash(&set_dir)?))
         .join(size);
     let docs = work.join("docs");
     write_corpus(&set, &docs)?;

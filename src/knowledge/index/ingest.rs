@@ -37,17 +37,6 @@ pub fn embedded_text(heading: &str, body: &str) -> String {
     format!("{heading}\n{body}")
 }
 
-/// The text BM25's `flat` field holds: the passage's own heading (the last of
-/// its path), then its body. A parent heading's words say where a section sits,
-/// not what it says; counted as body words, they made a short subsection
-/// outrank its parent on the parent's own topic ("How long does shipping
-/// take?" found `Shipping › Express` before `Shipping`). The whole path is
-/// still searched in the `title` field.
-fn searched_text(heading: &str, body: &str) -> String {
-    let own = heading.rsplit(" › ").next().unwrap_or(heading);
-    embedded_text(own, body)
-}
-
 /// Brings a site's index in line with its documents, holding the folder's lock
 /// file meanwhile: processes sharing a data folder (replicas on one machine, or
 /// `deskbell ingest` beside a running server) write an index one at a time, so
@@ -127,6 +116,7 @@ struct New {
     path: String,
     url: String,
     heading: String,
+    own_heading: String,
     text: String,
 }
 
@@ -165,6 +155,7 @@ fn update(
                 path: document.path.clone(),
                 url: document.url.clone().unwrap_or_default(),
                 heading: chunk.heading,
+                own_heading: chunk.own_heading,
                 text: chunk.text,
             });
         }
@@ -183,7 +174,12 @@ fn update(
         doc.add_text(f.title, &n.heading);
         doc.add_text(f.url, &n.url);
         doc.add_text(f.body, &n.text);
-        doc.add_text(f.flat, searched_text(&n.heading, &n.text));
+        // BM25's `flat` field: the passage's own heading, not its whole path.
+        // A parent heading's words say where a section sits, not what it says;
+        // counted as text, they made a short subsection outrank its parent on
+        // the parent's own topic ("How long does shipping take?" found
+        // `Shipping › Express` before `Shipping`). The path is in `title`.
+        doc.add_text(f.flat, embedded_text(&n.own_heading, &n.text));
         if let Some(vector) = vectors.as_ref().and_then(|v| v.get(i)) {
             doc.add_bytes(f.vector, &encode(vector));
         }
