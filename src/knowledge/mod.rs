@@ -54,13 +54,14 @@ pub struct Knowledge {
 }
 
 impl Knowledge {
-    /// Opens every site's index, building those that are missing first.
+    /// Opens every site's index, building first those that are missing or of
+    /// another version's schema (which `SiteIndex::open` would refuse).
     pub async fn open(config: &Config) -> anyhow::Result<Knowledge> {
         let embedding = embed::open(config).await;
         let mut sites = HashMap::new();
         for site in config.sites.iter().filter(|s| !s.knowledge.is_empty()) {
             let dir = index::folder(&config.server.data_dir, &site.id);
-            if !dir.exists() {
+            if !index::current(&dir) {
                 let report = ingest_site(&config.server.data_dir, site, embedding.clone()).await?;
                 log_report(&site.id, &report);
             }
@@ -294,3 +295,6 @@ pub fn log_report(site: &str, r: &Report) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests;

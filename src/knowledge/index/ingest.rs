@@ -64,8 +64,9 @@ pub fn ingest(
 
 /// Whether `dir` holds an index this version can add to: one with a manifest
 /// and the schema of `fields.rs` (an index from before SPEC §21, or with the
-/// vector stored rather than a fast field, is built again).
-fn current(dir: &Path) -> bool {
+/// vector stored rather than a fast field, or without the `flat` field, is
+/// built again).
+pub fn current(dir: &Path) -> bool {
     dir.join(MANIFEST).exists() && Index::open_in_dir(dir).is_ok_and(|i| i.schema() == schema().0)
 }
 

@@ -21,7 +21,7 @@ use super::fields::{Fields, schema};
 pub use super::fields::{Found, Passage};
 use super::source::Skipped;
 use super::texts::{self, Texts};
-pub use ingest::{Embed, ingest};
+pub use ingest::{Embed, current, ingest};
 /// How much a word in a passage's heading counts on its own, beside the same
 /// word counted in the `flat` field (heading and body together, as Pyserini's
 /// "flat" BM25 index has them). A help desk's headings name the topic, so the
