@@ -218,11 +218,19 @@ async fn the_demo_still_starts_when_the_default_model_cannot_be_fetched() {
     assert_eq!(signed_in.status(), 200);
 }
 
-/// The demo's own questions, on the test model: each answer ends before the
+/// The demo's own questions, on the test model: each answer is done within the
 /// demo's cap, and no sentence of it comes twice (before the repetition guard,
 /// the first answer repeated its paragraphs until the cap).
+///
+/// That an answer also ends before the cap is not asked: the 135M test model's
+/// answer depends on the CPU. On an AMD EPYC (2026-12-06) "How long does
+/// standard shipping take?" runs on to the cap through new sentences, none of
+/// them twice, with the same build (and with BM25 alone) that ended it on the
+/// Intel machines before; the likely cause, not confirmed, is the order of
+/// float sums, which a GEMM's blocking takes from the CPU's cache sizes. The
+/// sentences are what the repetition guard is for, and what the old bug broke.
 #[tokio::test]
-async fn the_demos_questions_end_before_the_cap_and_do_not_repeat_themselves() {
+async fn the_demos_questions_stay_within_the_cap_and_do_not_repeat_themselves() {
     let model = test_model().display().to_string();
     let (demo, _) = demo(&[("DESKBELL_LOCAL_MODEL", &model)]).await;
     for question in [
@@ -235,7 +243,7 @@ async fn the_demos_questions_end_before_the_cap_and_do_not_repeat_themselves() {
         let done = reply.event("done");
         let written = done["usage"]["output_tokens"].as_u64().unwrap();
         assert!(
-            written < u64::from(deskbell::demo::DEMO_ANSWER_CAP),
+            written <= u64::from(deskbell::demo::DEMO_ANSWER_CAP),
             "{question}: {written} tokens: {}",
             reply.text()
         );
