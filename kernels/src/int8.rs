@@ -28,9 +28,10 @@ use crate::{BLOCK, Q4Matrix, Q8Matrix};
 
 #[cfg(target_os = "linux")]
 pub(crate) mod amx;
+pub(crate) mod wide;
 
 /// Tokens in a panel: one per 32-bit lane of a 512-bit register.
-const PANEL: usize = 16;
+pub(crate) const PANEL: usize = 16;
 
 /// Dwords in a block, so registers in a panel's block.
 const GROUPS: usize = BLOCK / 4;

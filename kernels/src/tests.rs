@@ -355,6 +355,7 @@ mod amx;
 mod attention;
 mod q4;
 mod tiles;
+mod wide;
 
 #[test]
 fn work_run_on_the_workers_runs_on_a_pool_thread_and_gives_its_result() {

@@ -115,6 +115,10 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     if wants("retrieval-graph") && (quick || only == Some("retrieval-graph")) {
         crate::retrieval_graph::figures(quick);
     }
+    #[cfg(feature = "local-model")]
+    if wants("encoder-product") {
+        crate::encoder_product::figures(quick)?;
+    }
     // Minutes of embedding: only when asked for by name.
     if only == Some("retrieval-ingest") {
         crate::retrieval_speed::ingest(quick).await?;

@@ -10,6 +10,8 @@ mod client;
 mod confirm;
 mod console;
 mod desk;
+#[cfg(feature = "local-model")]
+mod encoder_product;
 mod figures;
 mod knowledge;
 mod latency;
@@ -39,6 +41,7 @@ Options:
   --only <figure>  one group: start, ttft, latency, throughput, metrics,
                    confirm, guards, visitors, knowledge, retrieval-quality,
                    retrieval-speed, retrieval-graph, retrieval-ingest,
+                   encoder-product,
                    console, streams,
                    desk, local,
                    local-vs-llamacpp, replicas, quality

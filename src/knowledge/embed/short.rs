@@ -2,9 +2,10 @@
 //! (`deskbell-kernels`), with its weights kept in 8 bits and in f32.
 //!
 //! Where the CPU has AVX-512 VNNI, every text's tokens are rounded to 8 bits too
-//! and multiplied in integers (`Q8Matrix::product`, as a chat prompt is; within
-//! a cosine of 0.9997 of f32 on a real passage; on AMX tiles where the CPU has
-//! AMX-INT8, with the same results), and the f32 weights are not kept. A passage is hundreds of tokens, one passage per worker; a question of
+//! and multiplied in integers (`Q8Wide::product`, the same outputs as
+//! `Q8Matrix::product`, which a chat prompt takes; within a cosine of 0.9997 of
+//! f32 on a real passage; on AMX tiles where the CPU has AMX-INT8, with the same
+//! results), and the f32 weights are not kept. A passage is hundreds of tokens, one passage per worker; a question of
 //! up to sixteen tokens is one panel, whose rows the product shares among the
 //! workers (BENCHMARKS.md, "A question on the 8-bit product").
 //!
@@ -24,7 +25,7 @@ use std::collections::HashMap;
 use anyhow::Context;
 use candle_core::{Device, Tensor};
 use deskbell_kernels::tiles::{self, Bf16Matrix};
-use deskbell_kernels::{Q8Matrix, elementwise};
+use deskbell_kernels::{Q8Matrix, Q8Wide, elementwise};
 
 /// Without VNNI, texts up to this many tokens take the 8-bit rows
 /// (`matmul_rows_expanded`) on both workers and longer ones the f32 GEMM, on
@@ -39,7 +40,7 @@ struct Norm {
 }
 
 struct Dense {
-    weight: Q8Matrix,
+    weight: Eight,
     /// The same weights in f32, row-major, for many tokens on the f32 GEMM;
     /// empty where the CPU multiplies many tokens in 8 bits (VNNI).
     full: Vec<f32>,
@@ -47,6 +48,41 @@ struct Dense {
     /// passage's products run there (`deskbell_kernels::tiles`).
     tiles: Option<Bf16Matrix>,
     bias: Vec<f32>,
+}
+
+/// A layer's 8-bit weights: packed for `Q8Wide::product` where the CPU has
+/// AVX-512 VNNI (the same outputs as `Q8Matrix::product`, 1.13–1.2× as fast on
+/// a passage: BENCHMARKS.md, "A passage's product with the weights across the
+/// lanes"), otherwise in blocks. One copy, not both.
+enum Eight {
+    Wide(Q8Wide),
+    Blocks(Q8Matrix),
+}
+
+impl Eight {
+    fn new(m: Q8Matrix) -> Eight {
+        match int8().then(|| Q8Wide::pack(&m)).flatten() {
+            Some(wide) => Eight::Wide(wide),
+            None => Eight::Blocks(m),
+        }
+    }
+
+    fn rows(&self) -> usize {
+        match self {
+            Eight::Wide(w) => w.rows(),
+            Eight::Blocks(m) => m.rows(),
+        }
+    }
+
+    /// Tokens in 8 bits where `int8`, otherwise each row expanded to f32.
+    fn product(&self, x: &[f32], n: usize, out: &mut [f32], int8: bool) -> anyhow::Result<()> {
+        let done = match self {
+            Eight::Wide(w) => w.product(x, n, out),
+            Eight::Blocks(m) if int8 => m.product(x, n, out),
+            Eight::Blocks(m) => m.matmul_rows_expanded(x, n, out),
+        };
+        done.map_err(|e| anyhow::anyhow!("{e}"))
+    }
 }
 
 struct Layer {
@@ -113,7 +149,7 @@ fn dense(tensors: &HashMap<String, Tensor>, names: &[String]) -> anyhow::Result<
         .flatten();
     let full = if int8() { Vec::new() } else { full };
     Ok(Dense {
-        weight,
+        weight: Eight::new(weight),
         full,
         tiles,
         bias,
@@ -256,12 +292,7 @@ fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
     }
     let rows = dense.weight.rows();
     let mut out = vec![0f32; n * rows];
-    let product = if int8 {
-        dense.weight.product(x, n, &mut out)
-    } else {
-        dense.weight.matmul_rows_expanded(x, n, &mut out)
-    };
-    product.map_err(|e| anyhow::anyhow!("{e}"))?;
+    dense.weight.product(x, n, &mut out, int8)?;
     add_bias(&mut out, &dense.bias);
     Ok(out)
 }
