@@ -15,6 +15,7 @@
 //! may be broadcast, so here the weights carry the +128 (`w ^ 0x80` as a byte)
 //! and each token's block its correction, −128 × the sum of its bytes.
 
+#[cfg(target_arch = "x86_64")]
 use rayon::prelude::*;
 
 use crate::{BLOCK, Q8Matrix, ShapeError, check_len};
