@@ -27,7 +27,7 @@ pub(crate) const ROWS: usize = 16;
 pub(crate) const GROUPS: usize = BLOCK / 4;
 
 /// A [`Q8Matrix`] repacked for [`Q8Wide::product`]; only made where the CPU has
-/// AVX-512 VNNI and the rows are a multiple of sixteen.
+/// AVX-512 VNNI and no AMX-INT8, and the rows are a multiple of sixteen.
 #[derive(Clone, Debug)]
 pub struct Q8Wide {
     pub(crate) rows: usize,
@@ -87,7 +87,8 @@ impl Q8Wide {
     /// 8-bit blocks as [`Q8Matrix::product`] quantizes them, and the same
     /// outputs. Each task takes sixteen tokens and every row; where there are
     /// fewer panels of sixteen than workers (a question), each worker takes a
-    /// part of the rows instead, as `product` shares them.
+    /// part of the rows instead, as `product` shares them (here from two groups
+    /// of sixteen rows on; `product` from 64 rows).
     pub fn product(&self, x: &[f32], tokens: usize, out: &mut [f32]) -> Result<(), ShapeError> {
         check_len(tokens * self.cols, x.len())?;
         check_len(tokens * self.rows, out.len())?;
@@ -135,6 +136,9 @@ impl Q8Wide {
                     }
                 });
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("Q8Wide::pack makes none off x86_64");
+        #[cfg(target_arch = "x86_64")]
         Ok(())
     }
 }

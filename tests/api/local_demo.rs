@@ -218,21 +218,23 @@ async fn the_demo_still_starts_when_the_default_model_cannot_be_fetched() {
     assert_eq!(signed_in.status(), 200);
 }
 
-/// The demo's own questions, on the test model: each answer is done within the
-/// demo's cap, and no sentence of it comes twice (before the repetition guard,
-/// the first answer repeated its paragraphs until the cap).
+/// The demo's own questions, on the test model: no sentence of an answer comes
+/// twice (before the repetition guard, the first answer repeated its paragraphs
+/// until the cap), and the answers end of themselves before the demo's cap, all
+/// but one at most.
 ///
-/// That an answer also ends before the cap is not asked: the 135M test model's
-/// answer depends on the CPU. On an AMD EPYC (2026-12-06) "How long does
-/// standard shipping take?" runs on to the cap through new sentences, none of
-/// them twice, with the same build (and with BM25 alone) that ended it on the
-/// Intel machines before; the likely cause, not confirmed, is the order of
-/// float sums, which a GEMM's blocking takes from the CPU's cache sizes. The
-/// sentences are what the repetition guard is for, and what the old bug broke.
+/// One is let run on: the 135M test model's answer depends on the CPU. On an
+/// AMD EPYC (2026-12-06) "How long does standard shipping take?" runs on to the
+/// cap through new sentences, none of them twice, with the same build (and with
+/// BM25 alone) that ended it on the Intel machines before; the likely cause, not
+/// confirmed, is the order of float sums, which a GEMM's blocking takes from the
+/// CPU's cache sizes. The others still end, so the guard's rule that ends an
+/// answer which keeps reaching for banned words is still tested end to end.
 #[tokio::test]
-async fn the_demos_questions_stay_within_the_cap_and_do_not_repeat_themselves() {
+async fn the_demos_questions_end_before_the_cap_but_one_and_do_not_repeat_themselves() {
     let model = test_model().display().to_string();
     let (demo, _) = demo(&[("DESKBELL_LOCAL_MODEL", &model)]).await;
+    let mut capped = Vec::new();
     for question in [
         "Where is order 42?",
         "How long does standard shipping take?",
@@ -242,11 +244,9 @@ async fn the_demos_questions_stay_within_the_cap_and_do_not_repeat_themselves() 
         assert_eq!(reply.status, 200, "{question}: {:?}", reply.json);
         let done = reply.event("done");
         let written = done["usage"]["output_tokens"].as_u64().unwrap();
-        assert!(
-            written <= u64::from(deskbell::demo::DEMO_ANSWER_CAP),
-            "{question}: {written} tokens: {}",
-            reply.text()
-        );
+        if written >= u64::from(deskbell::demo::DEMO_ANSWER_CAP) {
+            capped.push(format!("{question}: {written} tokens: {}", reply.text()));
+        }
         let text = reply.text();
         let mut seen = std::collections::HashSet::new();
         for sentence in text
@@ -260,4 +260,5 @@ async fn the_demos_questions_stay_within_the_cap_and_do_not_repeat_themselves() 
             );
         }
     }
+    assert!(capped.len() <= 1, "answers ran to the cap: {capped:#?}");
 }

@@ -21,13 +21,20 @@ pub(crate) unsafe fn quantized(m: &Q8Wide, x: &[f32]) -> Quantized {
     let (blocks, _) = x.as_chunks::<BLOCK>();
     let panel = super::vnni::quantize_panel(blocks, m.cols / BLOCK, false);
     let corrections = corrections(&panel);
-    Quantized { panel, corrections }
+    Quantized {
+        panel,
+        corrections,
+        tokens: x.len() / m.cols,
+    }
 }
 
-/// A panel's tokens in 8 bits, and their corrections.
+/// A panel's tokens in 8 bits, their corrections, and how many there are: the
+/// lanes past the last are not multiplied (each would cost eight `vpdpbusd`
+/// here, where the panel product's spare lanes cost nothing).
 pub(crate) struct Quantized {
     panel: Panel,
     corrections: Vec<[i32; PANEL]>,
+    tokens: usize,
 }
 
 /// Row groups `groups` (sixteen rows each) against a panel, where `tokens[t]`
@@ -45,7 +52,7 @@ pub(crate) unsafe fn groups(
 ) {
     let first = groups.start;
     for group in groups {
-        let sums = rows(m, group, &x.panel, &x.corrections);
+        let sums = rows(m, group, x);
         for (out, sum) in tokens.iter_mut().zip(&sums) {
             let at = (group - first) * ROWS;
             let dest = &mut out[at..at + ROWS];
@@ -71,13 +78,15 @@ fn corrections(panel: &Panel) -> Vec<[i32; PANEL]> {
     all
 }
 
-/// Rows `16 × group ..` against the panel's sixteen tokens: each token's
-/// sixteen sums, scaled and added block by block as `int8::vnni::tile` does.
+/// Rows `16 × group ..` against the panel's tokens: each token's sixteen sums,
+/// scaled and added block by block as `int8::vnni::tile` does (zeros for the
+/// lanes past the last token).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn rows(m: &Q8Wide, group: usize, panel: &Panel, corrections: &[[i32; PANEL]]) -> [__m512; PANEL] {
+fn rows(m: &Q8Wide, group: usize, x: &Quantized) -> [__m512; PANEL] {
     let bpr = m.cols / BLOCK;
     let mut acc = [_mm512_setzero_ps(); PANEL];
-    let blocks = panel.quants.iter().zip(&panel.scales).zip(corrections);
+    let (panel, tokens) = (&x.panel, x.tokens);
+    let blocks = panel.quants.iter().zip(&panel.scales).zip(&x.corrections);
     for (b, ((x, x_scales), corrections)) in blocks.enumerate() {
         let at = group * bpr + b;
         let w: [__m512i; GROUPS] = std::array::from_fn(|g| {
@@ -86,7 +95,7 @@ fn rows(m: &Q8Wide, group: usize, panel: &Panel, corrections: &[[i32; PANEL]]) -
         });
         // SAFETY: sixteen f32, an unaligned load.
         let w_scales = unsafe { _mm512_loadu_ps(m.scales[at].as_ptr()) };
-        for (t, acc) in acc.iter_mut().enumerate() {
+        for (t, acc) in acc.iter_mut().enumerate().take(tokens) {
             // Token `t`'s dword `g` of this block, broadcast to every row.
             let dword = |g: usize| {
                 let bytes = &x[g][4 * t..4 * t + 4];

@@ -2,10 +2,10 @@
 //! (`deskbell-kernels`), with its weights kept in 8 bits and in f32.
 //!
 //! Where the CPU has AVX-512 VNNI, every text's tokens are rounded to 8 bits too
-//! and multiplied in integers (`Q8Wide::product`, the same outputs as
-//! `Q8Matrix::product`, which a chat prompt takes; within a cosine of 0.9997 of
-//! f32 on a real passage; on AMX tiles where the CPU has AMX-INT8, with the same
-//! results), and the f32 weights are not kept. A passage is hundreds of tokens, one passage per worker; a question of
+//! and multiplied in integers (`Q8Wide::product`; where the CPU has AMX-INT8,
+//! `Q8Matrix::product` on the tiles, which a chat prompt takes too: the same
+//! outputs either way, within a cosine of 0.9997 of f32 on a real passage), and
+//! the f32 weights are not kept. A passage is hundreds of tokens, one passage per worker; a question of
 //! up to sixteen tokens is one panel, whose rows the product shares among the
 //! workers (BENCHMARKS.md, "A question on the 8-bit product").
 //!
@@ -51,9 +51,11 @@ struct Dense {
 }
 
 /// A layer's 8-bit weights: packed for `Q8Wide::product` where the CPU has
-/// AVX-512 VNNI (the same outputs as `Q8Matrix::product`, 1.13–1.2× as fast on
-/// a passage: BENCHMARKS.md, "A passage's product with the weights across the
-/// lanes"), otherwise in blocks. One copy, not both.
+/// AVX-512 VNNI and no AMX-INT8 (the same outputs as `Q8Matrix::product`,
+/// 1.10–1.16× as fast on a passage on one worker, 1.08–1.10× on two:
+/// BENCHMARKS.md, "A passage's product with the weights across the lanes"),
+/// otherwise in blocks (on AMX tiles where the CPU has AMX-INT8). One copy,
+/// not both.
 enum Eight {
     Wide(Q8Wide),
     Blocks(Q8Matrix),
