@@ -275,6 +275,17 @@ unsafe fn rows_shared<W: PanelWeights>(
     // Whole tiles a part (sixteen rows: an AMX tile, four VNNI ones), so that
     // only the last part has rows left over.
     let part = rows.div_ceil(workers).next_multiple_of(SHARED_ROWS);
+    split_rows(out, rows, part)
+        .par_iter_mut()
+        .enumerate()
+        // SAFETY: as for this function.
+        .for_each(|(i, tokens)| unsafe { panel_rows(m, i * part, &panel, tokens) });
+}
+
+/// Each token's outputs (`out`, `rows` a token) cut where parts of `part` rows
+/// meet: `parts[i][t]` is token `t`'s outputs for rows `i * part ..`, for
+/// workers that each take one part of every token.
+pub(crate) fn split_rows(out: &mut [f32], rows: usize, part: usize) -> Vec<Vec<&mut [f32]>> {
     let mut parts: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(part)).map(|_| Vec::new()).collect();
     for token in out.chunks_mut(rows) {
         for (dest, piece) in parts.iter_mut().zip(token.chunks_mut(part)) {
@@ -282,10 +293,6 @@ unsafe fn rows_shared<W: PanelWeights>(
         }
     }
     parts
-        .par_iter_mut()
-        .enumerate()
-        // SAFETY: as for this function.
-        .for_each(|(i, tokens)| unsafe { panel_rows(m, i * part, &panel, tokens) });
 }
 
 mod vnni {

@@ -109,13 +109,7 @@ impl Q8Wide {
                     // SAFETY: `pack` made this matrix only where the CPU has the
                     // instructions `wide` is compiled for.
                     let panel = unsafe { wide::quantized(self, x) };
-                    let mut parts: Vec<Vec<&mut [f32]>> =
-                        (0..groups.div_ceil(part)).map(|_| Vec::new()).collect();
-                    for token in out.chunks_mut(self.rows) {
-                        for (dest, piece) in parts.iter_mut().zip(token.chunks_mut(part * ROWS)) {
-                            dest.push(piece);
-                        }
-                    }
+                    let mut parts = crate::int8::split_rows(out, self.rows, part * ROWS);
                     parts.par_iter_mut().enumerate().for_each(|(i, tokens)| {
                         let first = i * part;
                         let groups = first..(first + part).min(groups);

@@ -35,7 +35,7 @@ async fn an_index_of_another_schema_is_built_again_on_opening() {
     old.add_text_field("body", tantivy::schema::TEXT | tantivy::schema::STORED);
     old.add_bytes_field("vector", tantivy::schema::FAST);
     tantivy::Index::create_in_dir(&old_dir, old.build()).unwrap();
-    std::fs::write(old_dir.join("deskbell-manifest.json"), "{}").unwrap();
+    std::fs::write(old_dir.join(index::MANIFEST), "{}").unwrap();
 
     let knowledge = Knowledge::open(&config).await.unwrap();
     let found = knowledge.search("acme", "thirty days").await.unwrap();

@@ -21,7 +21,7 @@ use super::super::fields::schema;
 use super::super::source::{Document, Skipped};
 use super::Report;
 
-const MANIFEST: &str = "deskbell-manifest.json";
+pub(crate) const MANIFEST: &str = "deskbell-manifest.json";
 const WRITER_MEMORY: usize = 50_000_000;
 
 /// Makes passages' vectors at ingest.

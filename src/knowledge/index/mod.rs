@@ -21,6 +21,8 @@ use super::fields::{Fields, schema};
 pub use super::fields::{Found, Passage};
 use super::source::Skipped;
 use super::texts::{self, Texts};
+#[cfg(test)]
+pub(crate) use ingest::MANIFEST;
 pub use ingest::{Embed, current, ingest};
 /// How much a word in a passage's heading counts on its own, beside the same
 /// word counted in the `flat` field (heading and body together, as Pyserini's
