@@ -76,11 +76,12 @@ impl Eight {
         }
     }
 
-    /// Tokens in 8 bits where `int8`, otherwise each row expanded to f32.
-    fn product(&self, x: &[f32], n: usize, out: &mut [f32], int8: bool) -> anyhow::Result<()> {
+    /// Tokens in 8 bits where `int8()`, otherwise each row expanded to f32
+    /// (only blocks are kept then: `new` packs none).
+    fn product(&self, x: &[f32], n: usize, out: &mut [f32]) -> anyhow::Result<()> {
         let done = match self {
             Eight::Wide(w) => w.product(x, n, out),
-            Eight::Blocks(m) if int8 => m.product(x, n, out),
+            Eight::Blocks(m) if int8() => m.product(x, n, out),
             Eight::Blocks(m) => m.matmul_rows_expanded(x, n, out),
         };
         done.map_err(|e| anyhow::anyhow!("{e}"))
@@ -288,13 +289,12 @@ fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
             return Ok(out);
         }
     }
-    let int8 = int8();
-    if n > SHORT_TOKENS && !int8 {
+    if n > SHORT_TOKENS && !int8() {
         return super::long::linear(&dense.full, &dense.bias, x, n);
     }
     let rows = dense.weight.rows();
     let mut out = vec![0f32; n * rows];
-    dense.weight.product(x, n, &mut out, int8)?;
+    dense.weight.product(x, n, &mut out)?;
     add_bias(&mut out, &dense.bias);
     Ok(out)
 }
