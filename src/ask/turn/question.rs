@@ -57,26 +57,25 @@ impl Turn {
         let began = self.began;
         let timed = move |at: tokio::time::Instant| at.duration_since(began);
         self.phases.turn(self.began);
-        let (prompted, tools) = Box::pin(async {
-            tokio::join!(
-                async {
-                    let ((passages, retrieved_at), history) = tokio::join!(
-                        async { (self.retrieve(&message).await, tokio::time::Instant::now()) },
-                        history
-                    );
-                    self.phases.retrieved(retrieved_at - self.began);
-                    let messages = self.prompt(passages.as_deref(), history?, &message);
-                    if !early {
-                        return anyhow::Ok((messages, Begun::AfterReads(Box::new(start))));
-                    }
-                    // Written only now: the history read must not see this turn.
-                    let asked = self.ask(&messages);
-                    let saved = store.turns().begin(start).await;
-                    let saved_at = tokio::time::Instant::now();
-                    anyhow::Ok((messages, Begun::Early(asked, saved, saved_at)))
-                },
-                reads
-            )
+        // `join!` polls its futures first in the order written, and a search
+        // in place runs to its end in its first poll: so the reads are listed
+        // first, to be on their way before the search begins.
+        let (tools, prompted) = Box::pin(async {
+            tokio::join!(reads, async {
+                let (history, (passages, retrieved_at)) = tokio::join!(history, async {
+                    (self.retrieve(&message).await, tokio::time::Instant::now())
+                });
+                self.phases.retrieved(retrieved_at - self.began);
+                let messages = self.prompt(passages.as_deref(), history?, &message);
+                if !early {
+                    return anyhow::Ok((messages, Begun::AfterReads(Box::new(start))));
+                }
+                // Written only now: the history read must not see this turn.
+                let asked = self.ask_before_writing(&messages).await;
+                let saved = store.turns().begin(start).await;
+                let saved_at = tokio::time::Instant::now();
+                anyhow::Ok((messages, Begun::Early(asked, saved, saved_at)))
+            })
         })
         .await;
         let (messages, begun) = prompted?;
@@ -116,7 +115,7 @@ impl Turn {
                 }
                 // The model is asked (on a task of its own) while the turn's first
                 // writes commit, and a refused start does not wait for it.
-                let asked = self.ask(&messages);
+                let asked = self.ask_before_writing(&messages).await;
                 let saved = Box::pin(store.turns().begin(*start)).await;
                 let saved_at = tokio::time::Instant::now();
                 if !self.started(saved?, &bubble.id, is_new) {
@@ -153,6 +152,13 @@ impl Turn {
     ) -> impl Future<Output = Result<Arc<Toolbox>, ApiError>> + use<> {
         let (app, site) = (self.app.clone(), self.caller.site.clone());
         async move {
+            // Asked early, the model needs none of these reads: they wait until
+            // its request is out (a yielded task runs after the tasks that are
+            // ready), since on SQLite their statement runs on the server's own
+            // cores and took 70 µs before the request with one visitor.
+            if early {
+                tokio::task::yield_now().await;
+            }
             let store = &app.store;
             let version = match share {
                 // A failed read fails the question even though its start may
@@ -301,5 +307,19 @@ impl Turn {
     fn ask(&self, messages: &[ChatMessage]) -> Asked {
         let request = self.request(messages, 0);
         Asked::send(&self.app, request, self.tools.clone(), self.deadline)
+    }
+
+    /// Sends the first round's request and lets it go out before the turn's
+    /// start is handed to the group commit. The request runs on a task of its
+    /// own, which this worker runs only once this task waits; handing over the
+    /// start first would wake the committer, which tokio runs before a task
+    /// just spawned, and the request would wait behind the commit's work. With
+    /// the reads held back too (`first_reads`), one visitor's request went out
+    /// 6 µs after it was made rather than 95–105 µs (BENCHMARKS.md, "Where one
+    /// visitor's added first token goes").
+    async fn ask_before_writing(&self, messages: &[ChatMessage]) -> Asked {
+        let asked = self.ask(messages);
+        tokio::task::yield_now().await;
+        asked
     }
 }
