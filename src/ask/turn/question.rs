@@ -57,9 +57,10 @@ impl Turn {
         let began = self.began;
         let timed = move |at: tokio::time::Instant| at.duration_since(began);
         self.phases.turn(self.began);
-        // `join!` polls its futures first in the order written, and a search
-        // in place runs to its end in its first poll: so the reads are listed
-        // first, to be on their way before the search begins.
+        // On its first poll `join!` polls its futures in the order written, and
+        // a search in place runs to its end in that poll: the reads are listed
+        // first so that a read the request waits for (a question not asked
+        // early) is on its way before the search begins.
         let (tools, prompted) = Box::pin(async {
             tokio::join!(reads, async {
                 let (history, (passages, retrieved_at)) = tokio::join!(history, async {
@@ -152,10 +153,12 @@ impl Turn {
     ) -> impl Future<Output = Result<Arc<Toolbox>, ApiError>> + use<> {
         let (app, site) = (self.app.clone(), self.caller.site.clone());
         async move {
-            // Asked early, the model needs none of these reads: they wait until
-            // its request is out (a yielded task runs after the tasks that are
-            // ready), since on SQLite their statement runs on the server's own
-            // cores and took 70 µs before the request with one visitor.
+            // Asked early, the model needs none of these reads, so they give way
+            // for one round of the scheduler (a yielded task runs after the
+            // tasks that are ready). When the turn's first poll reaches the
+            // request (a new conversation, a search in place) its task runs
+            // first; on SQLite the reads' statement runs on the server's own
+            // cores and took 70 µs ahead of the request with one visitor.
             if early {
                 tokio::task::yield_now().await;
             }
@@ -312,11 +315,12 @@ impl Turn {
     /// Sends the first round's request and lets it go out before the turn's
     /// start is handed to the group commit. The request runs on a task of its
     /// own, which this worker runs only once this task waits; handing over the
-    /// start first would wake the committer, which tokio runs before a task
-    /// just spawned, and the request would wait behind the commit's work. With
-    /// the reads held back too (`first_reads`), one visitor's request went out
-    /// 6 µs after it was made rather than 95–105 µs (BENCHMARKS.md, "Where one
-    /// visitor's added first token goes").
+    /// start first would wake the committer, which the server's multi-thread
+    /// scheduler runs before a task just spawned (a woken task takes the
+    /// worker's LIFO slot), and the request would wait behind the commit's
+    /// work. With the reads held back too (`first_reads`), one visitor's
+    /// request task began 6 µs after the request was made rather than
+    /// 94–105 µs (BENCHMARKS.md, "Where one visitor's added first token goes").
     async fn ask_before_writing(&self, messages: &[ChatMessage]) -> Asked {
         let asked = self.ask(messages);
         tokio::task::yield_now().await;
