@@ -175,9 +175,9 @@ async fn complete(
 /// Waits until `deadline`, to within the kernel's timer slack (tens of
 /// microseconds). tokio's timer fires on whole milliseconds, so its 50 ms sleep
 /// ends 50 to 52 ms later depending on where in a millisecond it began; requests
-/// that reach the stand-in by different paths begin at different points, and the
-/// latency benchmark, which subtracts the stand-in's own time, measured that
-/// phase as much as Deskbell. The last stretch is slept on a blocking thread.
+/// that reach the stand-in by different paths begin at different points, so the
+/// latency benchmark, which subtracts the stand-in's own time, could measure
+/// that phase beside Deskbell. The last stretch is slept on a blocking thread.
 async fn sleep_until(deadline: std::time::Instant) {
     const COARSE_MARGIN: Duration = Duration::from_millis(2);
     if let Some(coarse) = deadline.checked_sub(COARSE_MARGIN)
@@ -298,4 +298,29 @@ async fn play(script: Vec<Piece>, tx: mpsc::Sender<Result<Bytes, std::io::Error>
         .await;
     }
     let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    /// The stand-in's latency is a floor the benchmark subtracts: whether the
+    /// wait is mostly tokio's, all on the blocking thread (under the coarse
+    /// margin) or already over, it never ends before its deadline.
+    #[tokio::test]
+    async fn the_first_token_wait_never_ends_before_its_deadline() {
+        for wait in [
+            Duration::ZERO,
+            Duration::from_micros(700),
+            Duration::from_millis(12),
+        ] {
+            let began = Instant::now();
+            let deadline = began + wait;
+            super::sleep_until(deadline).await;
+            assert!(Instant::now() >= deadline, "a wait of {wait:?} ended early");
+        }
+        let past = Instant::now();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        super::sleep_until(past).await;
+    }
 }
