@@ -248,6 +248,11 @@ impl Store {
             }
         };
         migrate::run(&store).await?;
+        // pgvector's type where the server has it (SPEC §21); a failure here
+        // leaves the vectors as bytes, which serve the same.
+        if let Err(e) = vectors::adopt_pgvector(&store).await {
+            tracing::warn!(error = %e, "passage vectors could not move to pgvector's type; they stay stored as bytes");
+        }
         Ok(store)
     }
 

@@ -9,7 +9,7 @@ use sqlx::Row;
 use crate::hybrid::{app, test_embedder};
 use crate::support::TestApp;
 
-fn write_docs(dir: &std::path::Path) {
+pub fn write_docs(dir: &std::path::Path) {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(
         dir.join("returns.md"),
@@ -28,19 +28,31 @@ fn write_docs(dir: &std::path::Path) {
     .unwrap();
 }
 
-/// Every stored vector's length in bytes.
+/// Whether the test's database keeps vectors in pgvector's type (a
+/// PostgreSQL server with the extension, `pgvector.rs`).
+async fn typed(t: &TestApp) -> bool {
+    t.database_url.starts_with("postgres") && crate::pgvector::typed(&t.db().await).await
+}
+
+/// Every stored vector's length in bytes (as f32s, whichever type holds it).
 async fn stored(t: &TestApp) -> Vec<usize> {
-    let rows = sqlx::query("SELECT vector FROM knowledge_vectors ORDER BY chunk")
-        .fetch_all(&t.db().await)
-        .await
-        .unwrap();
+    let typed = typed(t).await;
+    let sql = if typed {
+        "SELECT CAST(vector_dims(vector) AS BIGINT) AS d FROM knowledge_vectors ORDER BY chunk"
+    } else {
+        "SELECT vector FROM knowledge_vectors ORDER BY chunk"
+    };
+    let rows = sqlx::query(sql).fetch_all(&t.db().await).await.unwrap();
     rows.iter()
-        .map(|r| r.try_get::<Vec<u8>, _>("vector").unwrap().len())
+        .map(|r| match typed {
+            true => r.try_get::<i64, _>("d").unwrap() as usize * 4,
+            false => r.try_get::<Vec<u8>, _>("vector").unwrap().len(),
+        })
         .collect()
 }
 
 /// A replica on `t`'s database with its own index folder and the model on.
-async fn replica(t: &TestApp, docs: &std::path::Path, data: &std::path::Path) -> TestApp {
+pub async fn replica(t: &TestApp, docs: &std::path::Path, data: &std::path::Path) -> TestApp {
     let (docs, data) = (docs.display().to_string(), data.to_path_buf());
     t.replica(move |c| {
         c.server.data_dir = data;
@@ -63,7 +75,7 @@ async fn passages(t: &TestApp, q: &str) -> Vec<serde_json::Value> {
 }
 
 /// The passage titled `title` among those found for `q`.
-async fn found(t: &TestApp, q: &str, title: &str) -> serde_json::Value {
+pub async fn found(t: &TestApp, q: &str, title: &str) -> serde_json::Value {
     let all = passages(t, q).await;
     all.iter()
         .find(|p| p["title"] == title)
@@ -95,14 +107,34 @@ async fn vectors_are_stored_once_and_a_corrupted_row_is_embedded_again() {
         .await
         .unwrap();
     let chunks: Vec<String> = rows.iter().map(|r| r.try_get("chunk").unwrap()).collect();
-    let bad: [Vec<u8>; 3] = [vec![1, 2, 3], vec![0; 512 * 4], vec![0xff; 384 * 4]];
-    for (chunk, bytes) in chunks.iter().zip(bad) {
-        sqlx::query("UPDATE knowledge_vectors SET vector = $1 WHERE chunk = $2")
-            .bind(bytes)
+    if typed(&t).await {
+        // pgvector's type holds only finite floats: the bad rows are of other
+        // sizes and not of unit length.
+        let bad = [
+            "[1,2,3]",
+            &format!("[{}]", ["0"; 512].join(",")),
+            &format!("[{}]", ["0.5"; 384].join(",")),
+        ];
+        for (chunk, text) in chunks.iter().zip(bad) {
+            sqlx::query(
+                "UPDATE knowledge_vectors SET vector = CAST($1 AS vector) WHERE chunk = $2",
+            )
+            .bind(text)
             .bind(chunk)
             .execute(&db)
             .await
             .unwrap();
+        }
+    } else {
+        let bad: [Vec<u8>; 3] = [vec![1, 2, 3], vec![0; 512 * 4], vec![0xff; 384 * 4]];
+        for (chunk, bytes) in chunks.iter().zip(bad) {
+            sqlx::query("UPDATE knowledge_vectors SET vector = $1 WHERE chunk = $2")
+                .bind(bytes)
+                .bind(chunk)
+                .execute(&db)
+                .await
+                .unwrap();
+        }
     }
     let second = replica(&t, &docs, &dir.path().join("second")).await;
     assert_eq!(

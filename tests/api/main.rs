@@ -41,6 +41,7 @@ mod operator;
 mod operator_reads;
 mod operator_tools;
 mod outcomes;
+mod pgvector;
 mod postgres;
 mod provider;
 mod redis;
