@@ -124,10 +124,11 @@ pub async fn run(
 
 /// Serves one connection until it ends, or closes it when it sends no request
 /// in time; `place` is its place among the open connections, held until then.
-/// The connection is boxed: moved into the `select!`, its 1.5 KiB would be kept
-/// twice in this future (the argument and the select's own), and every open
-/// connection's task would take a 5 KiB allocation rather than 0.6 + 1.75 KiB
-/// (BENCHMARKS.md, "Each connection's task a third of its size").
+/// The connection is boxed: moved into the `select!`, its 1,560 bytes would be
+/// kept twice in this future (the argument and the select's own), and every
+/// open connection's task would take a 5 KiB allocation rather than 0.75 KiB
+/// and a box of 1.75 KiB (BENCHMARKS.md, "Each connection's task from 4,000
+/// bytes to 576").
 fn serve_connection<C, E, P>(
     connection: C,
     place: P,

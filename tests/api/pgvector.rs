@@ -70,6 +70,24 @@ async fn texts(db: &sqlx::AnyPool) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Swaps the vectors of the first two of `rows` (as `texts` gives them);
+/// the rows as they are then.
+async fn swap_first_two(db: &sqlx::AnyPool, rows: &[(String, String)]) -> Vec<(String, String)> {
+    let mut swapped = rows.to_vec();
+    let (a, b) = (swapped[0].1.clone(), swapped[1].1.clone());
+    swapped[0].1 = b;
+    swapped[1].1 = a;
+    for (chunk, text) in &swapped[..2] {
+        sqlx::query("UPDATE knowledge_vectors SET vector = CAST($1 AS vector) WHERE chunk = $2")
+            .bind(text)
+            .bind(chunk)
+            .execute(db)
+            .await
+            .unwrap();
+    }
+    swapped
+}
+
 /// Every row's size and length, by pgvector's own functions.
 async fn sizes_and_norms(db: &sqlx::AnyPool) -> Vec<(i64, f64)> {
     sqlx::query(
@@ -121,6 +139,18 @@ async fn vectors_are_stored_in_pgvectors_type_and_a_bad_row_is_made_again() {
     assert_eq!(nearest.try_get::<i64, _>("n").unwrap(), 3);
     let returns = found(&t, "can I send it back?", "Returns").await;
     assert_eq!(returns["dense_rank"], 1, "{returns}");
+
+    // A replica building its index takes the stored vectors rather than
+    // embedding again: two rows' vectors swapped stay swapped.
+    let before = texts(&db).await;
+    let swapped = swap_first_two(&db, &before).await;
+    replica(&t, &docs, &dir.path().join("reads")).await;
+    assert_eq!(
+        texts(&db).await,
+        swapped,
+        "the rows were read, not made again"
+    );
+    swap_first_two(&db, &swapped).await;
 
     // Rows of another size and not of unit length: a replica building its
     // index refuses them and stores them made again.
@@ -180,6 +210,19 @@ async fn bytes_stored_before_the_server_had_pgvector_are_converted_at_the_next_s
         exec(&db, statement).await;
     }
     assert!(!typed(&db).await);
+
+    // A session holding the table (idle in a transaction that read it): a
+    // start gives up converting after a few seconds and serves with bytes.
+    let mut holder = db.begin().await.unwrap();
+    sqlx::query("LOCK TABLE knowledge_vectors IN ACCESS SHARE MODE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let waited = std::time::Instant::now();
+    Store::connect(&url, Durability::Full).await.unwrap();
+    assert!(waited.elapsed() < std::time::Duration::from_secs(20));
+    assert!(!typed(&db).await, "not converted while the table was held");
+    holder.commit().await.unwrap();
 
     // Two replicas starting at once: one converts, the other finds it done.
     let (a, b) = tokio::join!(

@@ -232,8 +232,17 @@ impl Embed for Cached {
     fn vectors(&self, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
         let keys: Vec<String> = texts.iter().map(|t| hash_of(t)).collect();
         let model = self.embedding.id.as_str();
+        // The database's rows are a cache: one that cannot be read (a
+        // replica converting the column, the database away) means embedding
+        // these passages here, not an ingest without vectors.
         let stored = match &self.store {
-            Some(store) => self.runtime.block_on(store.vectors().get(model, &keys))?,
+            Some(store) => match self.runtime.block_on(store.vectors().get(model, &keys)) {
+                Ok(stored) => stored,
+                Err(e) => {
+                    tracing::warn!(error = %e, "stored passage vectors could not be read; they are embedded here");
+                    HashMap::new()
+                }
+            },
             None => HashMap::new(),
         };
         let dim = self.embedding.dim();
@@ -260,8 +269,10 @@ impl Embed for Cached {
             rows.push((keys[i].clone(), encode(&vector)));
             out[i] = Some(vector);
         }
-        if let Some(store) = &self.store {
-            self.runtime.block_on(store.vectors().put(model, &rows))?;
+        if let Some(store) = &self.store
+            && let Err(e) = self.runtime.block_on(store.vectors().put(model, &rows))
+        {
+            tracing::warn!(error = %e, "passage vectors could not be stored; the next ingest embeds them again");
         }
         Ok(out.into_iter().flatten().collect())
     }

@@ -34,8 +34,11 @@ impl Vectors<'_> {
         chunks: &[String],
     ) -> StoreResult<HashMap<String, Vec<u8>>> {
         let mut found = HashMap::new();
-        let typed = self.typed().await?;
-        let column = if typed {
+        // On PostgreSQL the column is read as text whichever type it has (bytes
+        // print as `\x…`, pgvector's type as `[…]`), so a read never depends on
+        // a conversion another replica may be making at that moment.
+        let postgres = self.0.backend() == Backend::Postgres;
+        let column = if postgres {
             "CAST(vector AS TEXT) AS vector"
         } else {
             "vector"
@@ -51,11 +54,10 @@ impl Vectors<'_> {
                 query = query.bind(chunk);
             }
             for row in query.fetch_all(self.0.pool()).await? {
-                let bytes = if typed {
-                    // Text that does not read as a vector gives no bytes,
-                    // which the caller refuses and embeds again.
-                    let text: String = row.try_get("vector")?;
-                    pgvector::from_text(&text).map_or_else(Vec::new, |v| pgvector::to_bytes(&v))
+                let bytes = if postgres {
+                    // Text that reads as neither gives no bytes, which the
+                    // caller refuses and embeds again.
+                    pgvector::text_to_bytes(&row.try_get::<String, _>("vector")?)
                 } else {
                     row.try_get("vector")?
                 };
@@ -68,9 +70,17 @@ impl Vectors<'_> {
     /// Writes each vector, replacing a row that was there (one that did not
     /// decode, or one another replica wrote a moment ago with the same bytes).
     pub async fn put(self, model: &str, rows: &[(String, Vec<u8>)]) -> StoreResult<()> {
-        let typed = self.typed().await?;
         for part in rows.chunks(PER_STATEMENT) {
             let mut tx = self.0.writer().begin().await?;
+            // The table's lock for writing waits for a conversion under way
+            // (which holds it exclusively), so the type read next is the one
+            // these rows are written as.
+            let typed = self.0.backend() == Backend::Postgres && {
+                sqlx::query("LOCK TABLE knowledge_vectors IN ROW EXCLUSIVE MODE")
+                    .execute(&mut *tx)
+                    .await?;
+                pgvector::in_use(&mut *tx).await?
+            };
             for (chunk, vector) in part {
                 let query = if typed {
                     // Bytes that are not whole f32s are not written; the
@@ -101,13 +111,6 @@ impl Vectors<'_> {
             tx.commit().await?;
         }
         Ok(())
-    }
-
-    /// Whether the rows are pgvector's type. Asked on every read and write
-    /// (they come once per ingest batch), so a replica started before another
-    /// converted the column follows it.
-    async fn typed(self) -> StoreResult<bool> {
-        Ok(self.0.backend() == Backend::Postgres && pgvector::in_use(self.0.pool()).await?)
     }
 }
 

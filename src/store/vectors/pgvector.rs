@@ -19,6 +19,12 @@ use crate::store::{Backend, Store, sql};
 /// Rows converted per statement.
 const PER_STATEMENT: usize = 300;
 
+/// How long a start waits for the table's lock to convert it.
+const LOCK_WAIT: &str = "5s";
+
+/// pgvector's largest vector (`VECTOR_MAX_DIM`); a longer row could not be cast.
+const MAX_DIM: usize = 16_000;
+
 /// Whether the vectors' column is pgvector's type, as the database says now.
 pub(super) async fn in_use<'e, E>(executor: E) -> Result<bool, sqlx::Error>
 where
@@ -76,19 +82,30 @@ async fn extension(pool: &sqlx::AnyPool, table: &str, column: &str) -> Result<bo
     Ok(row.try_get::<i64, _>("n")? > 0)
 }
 
-/// Converts the bytes column in one transaction under the table's lock; a
-/// second replica converting at the same moment waits, then finds it done.
+/// Converts the bytes column in one transaction under the table's lock, by
+/// copying the rows into a new table of pgvector's type and putting it in the
+/// old one's place (rewriting the rows in place would keep the dropped bytes in
+/// every row). A second replica converting at the same moment waits, then
+/// finds it done. A lock not had within `LOCK_WAIT` (a session idle in a
+/// transaction that touched the table, say) gives up: the start goes on with
+/// bytes and the next start tries again.
 async fn convert(pool: &sqlx::AnyPool) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
+    sqlx::query(sql(format!("SET LOCAL lock_timeout = '{LOCK_WAIT}'")))
+        .execute(&mut *tx)
+        .await?;
     sqlx::query("LOCK TABLE knowledge_vectors IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *tx)
         .await?;
     if in_use(&mut *tx).await? {
         return tx.commit().await;
     }
-    sqlx::query("ALTER TABLE knowledge_vectors ADD COLUMN embedding vector")
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "CREATE TABLE knowledge_vectors_next (model TEXT NOT NULL, chunk TEXT NOT NULL, \
+         vector vector NOT NULL, PRIMARY KEY (model, chunk))",
+    )
+    .execute(&mut *tx)
+    .await?;
     let (mut after, mut moved, mut dropped) = ((String::new(), String::new()), 0usize, 0usize);
     loop {
         let rows = sqlx::query(
@@ -115,13 +132,12 @@ async fn convert(pool: &sqlx::AnyPool) -> Result<(), sqlx::Error> {
             }
         }
         moved += good.len();
-        set_embeddings(&mut tx, &good).await?;
+        insert_next(&mut tx, &good).await?;
     }
     for statement in [
-        "DELETE FROM knowledge_vectors WHERE embedding IS NULL",
-        "ALTER TABLE knowledge_vectors DROP COLUMN vector",
-        "ALTER TABLE knowledge_vectors RENAME COLUMN embedding TO vector",
-        "ALTER TABLE knowledge_vectors ALTER COLUMN vector SET NOT NULL",
+        "DROP TABLE knowledge_vectors",
+        "ALTER TABLE knowledge_vectors_next RENAME TO knowledge_vectors",
+        "ALTER TABLE knowledge_vectors RENAME CONSTRAINT knowledge_vectors_next_pkey TO knowledge_vectors_pkey",
     ] {
         sqlx::query(statement).execute(&mut *tx).await?;
     }
@@ -134,7 +150,8 @@ async fn convert(pool: &sqlx::AnyPool) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-async fn set_embeddings(
+/// Adds converted rows (model, chunk, pgvector's text) to the new table.
+async fn insert_next(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     rows: &[(String, String, String)],
 ) -> Result<(), sqlx::Error> {
@@ -142,11 +159,17 @@ async fn set_embeddings(
         return Ok(());
     }
     let values: Vec<String> = (0..rows.len())
-        .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
+        .map(|i| {
+            format!(
+                "(${}, ${}, CAST(${} AS vector))",
+                3 * i + 1,
+                3 * i + 2,
+                3 * i + 3
+            )
+        })
         .collect();
     let text = format!(
-        "UPDATE knowledge_vectors AS k SET embedding = CAST(v.e AS vector) \
-         FROM (VALUES {}) AS v (model, chunk, e) WHERE k.model = v.model AND k.chunk = v.chunk",
+        "INSERT INTO knowledge_vectors_next (model, chunk, vector) VALUES {}",
         values.join(", ")
     );
     let mut query = sqlx::query(sql(text));
@@ -159,9 +182,10 @@ async fn set_embeddings(
 
 /// A vector as pgvector's text input: `[0.1,-0.2]`. Rust prints each f32 in its
 /// shortest form that reads back to the same value, and pgvector reads and
-/// prints floats the same way, so the round trip is exact. A subnormal value
-/// (below 1.2e-38, nothing a unit vector's component needs) is written as 0,
-/// which pgvector's reader cannot refuse as out of range.
+/// prints floats the same way, so the round trip is exact for every value but
+/// a subnormal one (below 1.2e-38, nothing a unit vector's component needs),
+/// which is written as 0 so that pgvector's reader cannot refuse it as out of
+/// range.
 pub(super) fn to_text(vector: &[f32]) -> String {
     let mut out = String::with_capacity(vector.len() * 12 + 2);
     out.push('[');
@@ -191,11 +215,22 @@ pub(super) fn to_bytes(vector: &[f32]) -> Vec<u8> {
     vector.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// Stored bytes as floats, whatever their count, when they are whole and
-/// finite: pgvector refuses non-finite values, and the model's own checks (its
-/// length, unit norm) apply when the row is read for an ingest.
+/// The column read as text, as the bytes the store's callers read: bytes print
+/// as `\x` and hex (PostgreSQL's default `bytea_output`), pgvector's type as
+/// `[…]`. Anything else gives no bytes, which callers refuse.
+pub(super) fn text_to_bytes(text: &str) -> Vec<u8> {
+    match text.strip_prefix("\\x") {
+        Some(hex) => hex::decode(hex).unwrap_or_default(),
+        None => from_text(text).map_or_else(Vec::new, |v| to_bytes(&v)),
+    }
+}
+
+/// Stored bytes as floats, whatever their count up to pgvector's largest, when
+/// they are whole and finite: pgvector refuses non-finite values, and the
+/// model's own checks (its length, unit norm) apply when the row is read for
+/// an ingest.
 pub(super) fn from_bytes(bytes: &[u8]) -> Option<Vec<f32>> {
-    if bytes.is_empty() || !bytes.len().is_multiple_of(4) {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(4) || bytes.len() > MAX_DIM * 4 {
         return None;
     }
     let vector: Vec<f32> = bytes
@@ -209,7 +244,7 @@ pub(super) fn from_bytes(bytes: &[u8]) -> Option<Vec<f32>> {
 mod tests {
     use proptest::prelude::*;
 
-    use super::{from_bytes, from_text, to_text};
+    use super::{from_bytes, from_text, text_to_bytes, to_text};
 
     proptest! {
         #[test]
@@ -234,5 +269,24 @@ mod tests {
         assert_eq!(from_bytes(&[0, 0, 128]), None);
         assert_eq!(from_bytes(&f32::NAN.to_le_bytes()), None);
         assert_eq!(from_bytes(&1.5f32.to_le_bytes()), Some(vec![1.5]));
+        assert_eq!(
+            from_bytes(&vec![0; 16_001 * 4]),
+            None,
+            "longer than pgvector's"
+        );
+        assert!(from_bytes(&vec![0; 16_000 * 4]).is_some());
+    }
+
+    #[test]
+    fn the_column_reads_as_bytes_whichever_type_holds_it() {
+        let bytes: Vec<u8> = [0.5f32, -1.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        assert_eq!(text_to_bytes(&format!("\\x{}", hex::encode(&bytes))), bytes);
+        assert_eq!(text_to_bytes("[0.5,-1]"), bytes);
+        for text in ["\\xzz", "0.5", ""] {
+            assert_eq!(text_to_bytes(text), Vec::<u8>::new(), "{text}");
+        }
     }
 }
