@@ -271,3 +271,20 @@ async fn a_downloaded_model_that_fails_its_checksum_is_refused_with_a_clear_mess
     assert!(error.contains("DESKBELL_EMBEDDING_MODEL"), "{error}");
     assert!(error.contains("embedding = \"off\""), "{error}");
 }
+
+#[tokio::test]
+async fn an_ingest_whose_vector_cache_cannot_be_read_still_searches_by_meaning() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    write_docs(&docs);
+    let t = app(&docs, true).await;
+    // The cache's table gone (a database fault, a conversion that left it
+    // unreadable): a replica building its index embeds the passages itself.
+    sqlx::query("DROP TABLE knowledge_vectors")
+        .execute(&t.db().await)
+        .await
+        .unwrap();
+    let second = replica(&t, &docs, &dir.path().join("second")).await;
+    let returns = found(&second, "can I send it back?", "Returns").await;
+    assert_eq!(returns["dense_rank"], 1, "{returns}");
+}
