@@ -19,22 +19,39 @@ const ROUND: f32 = 12_582_912.0;
 /// Not a number gives not a number.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
+    exp_with(x, false)
+}
+
+/// [`exp`] with its multiply-adds fused where `fused` (see [`madd`]): the
+/// passes below give what `target_cfg_f!` says of the clone they run in.
+#[inline(always)]
+pub(crate) fn exp_with(x: f32, fused: bool) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     // ln 2 in two parts, so that `x − n ln 2` keeps its low bits.
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
+    let m = |a: f32, b: f32, c: f32| madd(a, b, c, fused);
     let x = x.clamp(-87.0, 88.0);
-    let biased = x * LOG2E + ROUND;
+    let biased = m(x, LOG2E, ROUND);
     let n = biased - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = 1.987_569_2e-4;
-    let p = p * r + 1.398_199_9e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 0.166_666_65;
-    let p = p * r + 0.5;
-    let er = p * r * r + r + 1.0;
+    let r = m(-n, LN2_LO, m(-n, LN2_HI, x));
+    let p = m(1.987_569_2e-4, r, 1.398_199_9e-3);
+    let p = m(p, r, 8.333_452e-3);
+    let p = m(p, r, 4.166_579_6e-2);
+    let p = m(p, r, 0.166_666_65);
+    let p = m(p, r, 0.5);
+    let er = m(p * r, r, r) + 1.0;
     er * power_of_two(biased)
+}
+
+/// `a × b + c`: one instruction and one rounding where `fused`, which a caller
+/// sets only in a clone compiled with FMA (`target_cfg_f!`); otherwise the
+/// product and the sum as written, since `mul_add` without the instruction is a
+/// call to the C library's `fmaf`. Rust does not fuse `a * b + c` itself, so
+/// the AVX-512 clones did each step of the polynomials in two instructions.
+#[inline(always)]
+fn madd(a: f32, b: f32, c: f32, fused: bool) -> f32 {
+    if fused { a.mul_add(b, c) } else { a * b + c }
 }
 
 /// 2ⁿ, for the n that `biased` (n + 1.5 × 2²³) holds in its low bits, where the
@@ -53,13 +70,16 @@ pub(crate) fn power_of_two(biased: f32) -> f32 {
 /// The error function (Abramowitz and Stegun 7.1.26, within 1.5e-7), as BERT's
 /// exact `gelu` uses it.
 #[inline(always)]
-fn erf(x: f32) -> f32 {
+fn erf(x: f32, fused: bool) -> f32 {
+    let m = |a: f32, b: f32, c: f32| madd(a, b, c, fused);
     let a = x.abs();
-    let t = 1.0 / (1.0 + 0.327_591_1 * a);
-    let poly = t
-        * (0.254_829_6
-            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
-    (1.0 - poly * exp(-a * a)).copysign(x)
+    let t = 1.0 / m(0.327_591_1, a, 1.0);
+    let poly = m(t, 1.061_405_4, -1.453_152_1);
+    let poly = m(t, poly, 1.421_413_7);
+    let poly = m(t, poly, -0.284_496_74);
+    let poly = m(t, poly, 0.254_829_6);
+    let poly = t * poly;
+    m(-poly, exp_with(-a * a, fused), 1.0).copysign(x)
 }
 
 /// BERT's GELU, `x Φ(x)` with the error function, in place.
@@ -69,24 +89,41 @@ fn erf(x: f32) -> f32 {
     "aarch64+neon"
 ))]
 pub fn gelu(xs: &mut [f32]) {
+    let fused = multiversion::target::target_cfg_f!(target_feature = "fma");
     for x in xs.iter_mut() {
-        *x = 0.5 * *x * (1.0 + erf(*x * std::f32::consts::FRAC_1_SQRT_2));
+        *x = 0.5 * *x * (1.0 + erf(*x * std::f32::consts::FRAC_1_SQRT_2, fused));
     }
 }
 
-/// The softmax of `row × scale`, in place. A row with nothing finite in it
-/// gives not-a-number, as a division of zero by zero would.
+/// The softmax of `row × scale`, in place. A row holding a not a number gives
+/// not a number throughout; a row of minus infinities gives even weights (the
+/// clamped `exp` of each is the same tiny number).
 #[multiversion(targets(
     "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
     "x86_64+avx2+fma",
     "aarch64+neon"
 ))]
 pub fn softmax(row: &mut [f32], scale: f32) {
-    let top = lanes(row, f32::MIN, f32::max);
-    for w in row.iter_mut() {
-        *w = exp((*w - top) * scale);
+    let fused = multiversion::target::target_cfg_f!(target_feature = "fma");
+    // A plain comparison is one `vmaxps`; `f32::max` also passes over a not a
+    // number, a compare and a blend a lane more, and its sixteen lanes were
+    // joined one by one. A row holding one gives not a number either way.
+    let top = lanes(row, f32::MIN, |a, b| if a > b { a } else { b });
+    // The exponentials summed as they are made, in sixteen running sums as
+    // `lanes` keeps them, rather than read again in a pass of their own.
+    let e = |w: &mut f32| {
+        *w = exp_with((*w - top) * scale, fused);
+        *w
+    };
+    let (chunks, rest) = row.as_chunks_mut::<16>();
+    let mut sums = [0f32; 16];
+    for chunk in chunks {
+        for (sum, w) in sums.iter_mut().zip(chunk) {
+            *sum += e(w);
+        }
     }
-    let inv = 1.0 / lanes(row, 0.0, |a, b| a + b);
+    let tail = rest.iter_mut().fold(0.0, |sum, w| sum + e(w));
+    let inv = 1.0 / sums.iter().fold(tail, |a, b| a + b);
     row.iter_mut().for_each(|w| *w *= inv);
 }
 
@@ -149,16 +186,22 @@ mod tests {
     proptest! {
         #[test]
         fn exp_is_within_a_few_ulp_of_the_standard_library(x in -87.0f32..88.0) {
-            let (ours, theirs) = (exp(x), x.exp());
-            prop_assert!(((ours - theirs) / theirs).abs() < 3e-7, "{x}: {ours} against {theirs}");
+            let theirs = x.exp();
+            for ours in [exp(x), exp_with(x, true)] {
+                prop_assert!(((ours - theirs) / theirs).abs() < 3e-7, "{x}: {ours} against {theirs}");
+            }
         }
 
         #[test]
         fn gelu_matches_its_definition(x in -12.0f32..12.0) {
             let mut ours = [x];
             gelu(&mut ours);
+            // The clone this CPU runs, and the step with each kind of multiply-add.
+            let by_step = |fused| 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2, fused));
             let reference = 0.5 * f64::from(x) * (1.0 + erf_reference(f64::from(x) / 2f64.sqrt()));
-            prop_assert!((f64::from(ours[0]) - reference).abs() < 2e-6 * f64::from(x.abs()).max(1.0), "{x}: {} against {reference}", ours[0]);
+            for ours in [ours[0], by_step(true), by_step(false)] {
+                prop_assert!((f64::from(ours) - reference).abs() < 2e-6 * f64::from(x.abs()).max(1.0), "{x}: {ours} against {reference}");
+            }
         }
 
         #[test]
@@ -193,6 +236,28 @@ mod tests {
         assert!(exp(1000.0).is_finite() && exp(1000.0) > 1e38);
         assert!(exp(f32::NAN).is_nan());
         assert_eq!(exp(0.0), 1.0);
+    }
+
+    #[test]
+    fn a_softmax_row_holding_a_not_a_number_gives_not_a_number() {
+        // Long enough for the sixteen lanes, with the not a number in each place.
+        for at in 0..40 {
+            let mut row: Vec<f32> = (0..40).map(|i| i as f32 / 7.0).collect();
+            row[at] = f32::NAN;
+            softmax(&mut row, 0.5);
+            assert!(
+                row.iter().all(|w| w.is_nan()),
+                "not a number at {at}: {row:?}"
+            );
+        }
+        let mut row = vec![f32::NAN; 20];
+        softmax(&mut row, 1.0);
+        assert!(row.iter().all(|w| w.is_nan()));
+        // Nothing above minus infinity: `exp`'s tiny number for each, so the
+        // weights are even, as they were with `f32::max`.
+        let mut row = vec![f32::NEG_INFINITY; 20];
+        softmax(&mut row, 1.0);
+        assert!(row.iter().all(|w| (w - 0.05).abs() < 1e-6), "{row:?}");
     }
 
     #[test]
