@@ -45,7 +45,8 @@ pub(crate) fn exp_with(x: f32, fused: bool) -> f32 {
 }
 
 /// `a × b + c`: one instruction and one rounding where `fused`, which a caller
-/// sets only in a clone compiled with FMA (`target_cfg_f!`); otherwise the
+/// sets only in an x86 clone compiled with FMA (`target_cfg_f!`; aarch64 has
+/// the instruction but no feature of that name, and stays unfused); otherwise the
 /// product and the sum as written, since `mul_add` without the instruction is a
 /// call to the C library's `fmaf`. Rust does not fuse `a * b + c` itself, so
 /// the AVX-512 clones did each step of the polynomials in two instructions.
