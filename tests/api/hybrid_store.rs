@@ -28,6 +28,16 @@ pub fn write_docs(dir: &std::path::Path) {
     .unwrap();
 }
 
+/// A site of the test pages in a fresh folder, served with vectors: the
+/// folder (kept for the test's length), its pages' folder and the app.
+async fn site_with_vectors() -> (tempfile::TempDir, std::path::PathBuf, TestApp) {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    write_docs(&docs);
+    let t = app(&docs, true).await;
+    (dir, docs, t)
+}
+
 /// Whether the test's database keeps vectors in pgvector's type (a
 /// PostgreSQL server with the extension, `pgvector.rs`).
 async fn typed(t: &TestApp) -> bool {
@@ -113,10 +123,7 @@ async fn first_title(t: &TestApp, q: &str) -> String {
 
 #[tokio::test]
 async fn vectors_are_stored_once_and_a_corrupted_row_is_embedded_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let docs = dir.path().join("docs");
-    write_docs(&docs);
-    let t = app(&docs, true).await;
+    let (dir, docs, t) = site_with_vectors().await;
     assert_eq!(stored(&t).await, vec![384 * 4; 3], "one vector per passage");
 
     // Rows cut short, of another size, and of garbage: a replica building its
@@ -184,10 +191,7 @@ async fn vectors_are_stored_once_and_a_corrupted_row_is_embedded_again() {
 
 #[tokio::test]
 async fn a_second_replica_uses_the_stored_vectors_and_two_ingesting_at_once_agree() {
-    let dir = tempfile::tempdir().unwrap();
-    let docs = dir.path().join("docs");
-    write_docs(&docs);
-    let t = app(&docs, true).await;
+    let (dir, docs, t) = site_with_vectors().await;
     let a = replica(&t, &docs, &dir.path().join("a")).await;
     let b = replica(&t, &docs, &dir.path().join("b")).await;
     // A new page, ingested by both replicas at once.
@@ -274,10 +278,7 @@ async fn a_downloaded_model_that_fails_its_checksum_is_refused_with_a_clear_mess
 
 #[tokio::test]
 async fn an_ingest_whose_vector_cache_cannot_be_read_still_searches_by_meaning() {
-    let dir = tempfile::tempdir().unwrap();
-    let docs = dir.path().join("docs");
-    write_docs(&docs);
-    let t = app(&docs, true).await;
+    let (dir, docs, t) = site_with_vectors().await;
     // The cache's table gone (a database fault, a conversion that left it
     // unreadable): a replica building its index embeds the passages itself.
     sqlx::query("DROP TABLE knowledge_vectors")

@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{GROUPS, PANEL, Panel};
+use super::{GROUPS, PANEL, Panel, PanelBlock};
 use crate::BLOCK;
 use crate::wide::{Q8Wide, ROWS};
 
@@ -52,11 +52,7 @@ pub(crate) unsafe fn groups(
 ) {
     let first = groups.start;
     for group in groups {
-        let sums = if x.tokens == PANEL {
-            full(m, group, x)
-        } else {
-            rows(m, group, x)
-        };
+        let sums = rows(m, group, x);
         for (out, sum) in tokens.iter_mut().zip(&sums) {
             let at = (group - first) * ROWS;
             let dest = &mut out[at..at + ROWS];
@@ -82,41 +78,9 @@ fn corrections(panel: &Panel) -> Vec<[i32; PANEL]> {
     all
 }
 
-/// [`rows`] for a whole panel, with the loops the other way round: each of a
-/// block's eight weight dwords goes to all sixteen tokens before the next, so
-/// sixteen independent `vpdpbusd` chains are in flight rather than two a token.
-/// Where the CPU issues two `vpdpbusd` a cycle (Intel's server cores, 5 cycles
-/// each), two chains a token left the ports idle waiting on the sums: the
-/// products ran at 36 % of the instructions' rate. The integer sums are the
-/// same whatever their order and are scaled and added as `rows` does, so the
-/// outputs are the same bit for bit.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn full(m: &Q8Wide, group: usize, x: &Quantized) -> [__m512; PANEL] {
-    let bpr = m.cols / BLOCK;
-    let mut acc = [_mm512_setzero_ps(); PANEL];
-    let panel = &x.panel;
-    let blocks = panel.quants.iter().zip(&panel.scales).zip(&x.corrections);
-    for (b, ((x, x_scales), corrections)) in blocks.enumerate() {
-        let at = group * bpr + b;
-        let mut sums: [__m512i; PANEL] = std::array::from_fn(|t| _mm512_set1_epi32(corrections[t]));
-        for (g, bytes) in x.iter().enumerate() {
-            // SAFETY: `m.quants[..]` is 64 bytes and `bytes` sixteen tokens'
-            // dwords, as `dwords_to_all` reads them.
-            unsafe { dwords_to_all(&m.quants[at * GROUPS + g], bytes, &mut sums) };
-        }
-        // SAFETY: sixteen f32, an unaligned load.
-        let w_scales = unsafe { _mm512_loadu_ps(m.scales[at].as_ptr()) };
-        for ((acc, sum), x_scale) in acc.iter_mut().zip(&sums).zip(x_scales) {
-            let scale = _mm512_mul_ps(_mm512_set1_ps(*x_scale), w_scales);
-            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*sum), scale, *acc);
-        }
-    }
-    acc
-}
-
 /// One weight dword of sixteen rows (`w`) times each of sixteen tokens' dwords
 /// (`x`, four bytes a token), added to each token's sums. Written out because
-/// LLVM turns [`full`]'s loops back into one chain a token (fewer registers),
+/// LLVM turns such loops back into one chain a token (fewer registers),
 /// which is the order this exists to avoid; here the sixteen sums stay in
 /// registers and each `vpdpbusd` reads its token's dword as the instruction's
 /// own broadcast operand.
@@ -183,30 +147,73 @@ fn rows(m: &Q8Wide, group: usize, x: &Quantized) -> [__m512; PANEL] {
     let blocks = panel.quants.iter().zip(&panel.scales).zip(&x.corrections);
     for (b, ((x, x_scales), corrections)) in blocks.enumerate() {
         let at = group * bpr + b;
-        let w: [__m512i; GROUPS] = std::array::from_fn(|g| {
-            // SAFETY: 64 bytes, a whole register; unaligned load.
-            unsafe { _mm512_loadu_si512(m.quants[at * GROUPS + g].as_ptr().cast()) }
-        });
+        let w = &m.quants[at * GROUPS..(at + 1) * GROUPS];
+        let sums = if tokens == PANEL {
+            all_tokens(w, x, corrections)
+        } else {
+            few_tokens(w, x, corrections, tokens)
+        };
         // SAFETY: sixteen f32, an unaligned load.
         let w_scales = unsafe { _mm512_loadu_ps(m.scales[at].as_ptr()) };
-        for (t, acc) in acc.iter_mut().enumerate().take(tokens) {
-            // Token `t`'s dword `g` of this block, broadcast to every row.
-            let dword = |g: usize| {
-                let bytes = &x[g][4 * t..4 * t + 4];
-                _mm512_set1_epi32(i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
-            };
-            // Two chains, as in `tile`, so each `vpdpbusd` waits on half as many.
-            let mut even = _mm512_set1_epi32(corrections[t]);
-            let mut odd = _mm512_setzero_si512();
-            for g in (0..GROUPS).step_by(2) {
-                even = _mm512_dpbusd_epi32(even, w[g], dword(g));
-                odd = _mm512_dpbusd_epi32(odd, w[g + 1], dword(g + 1));
-            }
-            let sum = _mm512_add_epi32(even, odd);
+        for ((acc, sum), x_scale) in acc.iter_mut().zip(&sums).zip(x_scales).take(tokens) {
             // The token's scale times each row's, as `tile` multiplies them.
-            let scale = _mm512_mul_ps(_mm512_set1_ps(x_scales[t]), w_scales);
-            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, *acc);
+            let scale = _mm512_mul_ps(_mm512_set1_ps(*x_scale), w_scales);
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*sum), scale, *acc);
         }
     }
     acc
+}
+
+/// One block's sums for a whole panel, each of its eight weight dwords sent to
+/// all sixteen tokens before the next: sixteen independent `vpdpbusd` chains.
+/// Where the CPU issues two `vpdpbusd` a cycle (Intel's server cores, five
+/// cycles each), [`few_tokens`]' two chains a token left the ports waiting on
+/// the sums: the products ran at 36 % of the instruction's rate. The integer
+/// sums are the same in any order, so the outputs are the same bit for bit.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn all_tokens(
+    w: &[[u8; 4 * ROWS]],
+    x: &PanelBlock,
+    corrections: &[i32; PANEL],
+) -> [__m512i; PANEL] {
+    let mut sums: [__m512i; PANEL] = std::array::from_fn(|t| _mm512_set1_epi32(corrections[t]));
+    for (w, bytes) in w.iter().zip(x) {
+        // SAFETY: `w` is 64 bytes and `bytes` sixteen tokens' dwords, as
+        // `dwords_to_all` reads them.
+        unsafe { dwords_to_all(w, bytes, &mut sums) };
+    }
+    sums
+}
+
+/// One block's sums for the first `tokens` of a panel (a question's part of
+/// one), token by token in two chains, as in `tile`, so each `vpdpbusd` waits
+/// on half as many; the lanes past the last are not multiplied (each would
+/// cost eight `vpdpbusd`) and stay zero.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn few_tokens(
+    w: &[[u8; 4 * ROWS]],
+    x: &PanelBlock,
+    corrections: &[i32; PANEL],
+    tokens: usize,
+) -> [__m512i; PANEL] {
+    let w: [__m512i; GROUPS] = std::array::from_fn(|g| {
+        // SAFETY: 64 bytes, a whole register; unaligned load.
+        unsafe { _mm512_loadu_si512(w[g].as_ptr().cast()) }
+    });
+    let mut sums = [_mm512_setzero_si512(); PANEL];
+    for (t, sum) in sums.iter_mut().enumerate().take(tokens) {
+        // Token `t`'s dword `g` of this block, broadcast to every row.
+        let dword = |g: usize| {
+            let bytes = &x[g][4 * t..4 * t + 4];
+            _mm512_set1_epi32(i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+        };
+        let mut even = _mm512_set1_epi32(corrections[t]);
+        let mut odd = _mm512_setzero_si512();
+        for g in (0..GROUPS).step_by(2) {
+            even = _mm512_dpbusd_epi32(even, w[g], dword(g));
+            odd = _mm512_dpbusd_epi32(odd, w[g + 1], dword(g + 1));
+        }
+        *sum = _mm512_add_epi32(even, odd);
+    }
+    sums
 }
