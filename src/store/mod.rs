@@ -199,7 +199,14 @@ impl Store {
                         Ok(())
                     })
                 }),
-                Backend::Postgres => options,
+                // The vectors' reads take bytes as PostgreSQL prints them
+                // (`store/vectors`): hex, whatever the database's own default.
+                Backend::Postgres => options.after_connect(|conn, _| {
+                    Box::pin(async move {
+                        sqlx::Executor::execute(&mut *conn, "SET bytea_output = 'hex'").await?;
+                        Ok(())
+                    })
+                }),
             };
             options.connect(&url)
         };

@@ -289,3 +289,45 @@ async fn an_ingest_whose_vector_cache_cannot_be_read_still_searches_by_meaning()
     let returns = found(&second, "can I send it back?", "Returns").await;
     assert_eq!(returns["dense_rank"], 1, "{returns}");
 }
+
+#[tokio::test]
+async fn a_database_that_prints_bytes_escaped_still_reads_its_stored_vectors() {
+    let (dir, docs, t) = site_with_vectors().await;
+    if !t.database_url.starts_with("postgres") || typed(&t).await {
+        // Only PostgreSQL's bytes have an output format; pgvector's type
+        // prints the same whatever `bytea_output` says.
+        eprintln!("skipped: the vectors are not PostgreSQL bytes here");
+        return;
+    }
+    // A database whose administrator prints bytes in the old escape format:
+    // every connection opened from now on reads them so unless it says hex.
+    let db = t.db().await;
+    let name: String = sqlx::query("SELECT CAST(current_database() AS TEXT) AS name")
+        .fetch_one(&db)
+        .await
+        .unwrap()
+        .try_get("name")
+        .unwrap();
+    // The name is the database's own, read above.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE \"{name}\" SET bytea_output = 'escape'"
+    )))
+    .execute(&db)
+    .await
+    .unwrap();
+    let rows = sqlx::query("SELECT chunk FROM knowledge_vectors ORDER BY chunk")
+        .fetch_all(&db)
+        .await
+        .unwrap();
+    let chunks: Vec<String> = rows.iter().map(|r| r.try_get("chunk").unwrap()).collect();
+    let before = raw(&db).await;
+    let swapped = vec![before[1].clone(), before[0].clone(), before[2].clone()];
+    set_raw(&db, &chunks, &swapped).await;
+    // A replica building its index takes the stored vectors rather than
+    // embedding again: had it misread them, it would have written them anew.
+    replica(&t, &docs, &dir.path().join("escaped")).await;
+    assert!(
+        raw(&db).await == swapped,
+        "the rows were made again, not read"
+    );
+}

@@ -36,7 +36,9 @@ impl Vectors<'_> {
         let mut found = HashMap::new();
         // On PostgreSQL the column is read as text whichever type it has (bytes
         // print as `\x…`, pgvector's type as `[…]`), so a read never depends on
-        // a conversion another replica may be making at that moment.
+        // a conversion another replica may be making at that moment. Every
+        // connection prints bytes as hex (`Store::connect_with`), so a
+        // database set to the escape format reads the same.
         let postgres = self.0.backend() == Backend::Postgres;
         let column = if postgres {
             "CAST(vector AS TEXT) AS vector"

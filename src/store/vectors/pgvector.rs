@@ -216,7 +216,7 @@ pub(super) fn to_bytes(vector: &[f32]) -> Vec<u8> {
 }
 
 /// The column read as text, as the bytes the store's callers read: bytes print
-/// as `\x` and hex (PostgreSQL's default `bytea_output`), pgvector's type as
+/// as `\x` and hex (the `bytea_output` every connection sets), pgvector's type as
 /// `[…]`. Anything else gives no bytes, which callers refuse.
 pub(super) fn text_to_bytes(text: &str) -> Vec<u8> {
     match text.strip_prefix("\\x") {
