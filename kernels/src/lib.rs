@@ -51,12 +51,16 @@ mod sentence_x86;
 pub mod tiles;
 mod tokens;
 mod wide;
+mod widened;
+#[cfg(target_arch = "x86_64")]
+mod widened_x86;
 mod workers;
 pub use q4::{Q4_1_BYTES, Q4Matrix};
 #[cfg(test)]
 use q8_few::every_q8_kernel;
 pub use sentence::dot_i8_rows;
 pub use wide::Q8Wide;
+pub use widened::{Q8Widened, has_widened_product};
 pub use workers::{each_on_workers, on_workers, spawn_on_workers};
 #[cfg(target_arch = "x86_64")]
 mod int8;

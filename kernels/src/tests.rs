@@ -356,6 +356,8 @@ mod attention;
 mod q4;
 mod tiles;
 mod wide;
+#[cfg(target_arch = "x86_64")]
+mod widened;
 
 #[test]
 fn work_run_on_the_workers_runs_on_a_pool_thread_and_gives_its_result() {

@@ -1,15 +1,20 @@
-//! `--only encoder-product`: the embedding encoder's 8-bit products (SPEC §21)
-//! on their own, the panel product (`Q8Matrix::product`, sixteen tokens across
-//! a register) against the wide one (`Q8Wide::product`, sixteen weight rows
-//! across it), on all-MiniLM-L6-v2's four shapes with 256 tokens (a passage at
-//! its cut) and with 11 (a question). A passage's products run on one worker,
-//! as at ingest; then on both at once, one passage each, which is what two
-//! cores give an ingest. The rate is multiply-adds a second, so the floor of
-//! an ingest's products is its multiply-adds over twice the two-worker rate.
+//! `--only encoder-product`: the embedding encoder's products (SPEC §21) on
+//! their own, on all-MiniLM-L6-v2's four shapes with 256 tokens (a passage at
+//! its cut) and with 11 (a question), in each form this CPU runs: where it has
+//! AVX-512 VNNI, the panel product (`Q8Matrix::product`, sixteen tokens across a
+//! register) against the wide one (`Q8Wide::product`, sixteen weight rows
+//! across it); where it has AVX2 alone, the f32 weights on the f32 GEMM (what a
+//! passage took there before) against the widened product
+//! (`Q8Widened::product`, eight rows' 16-bit weights across a register). A
+//! passage's products run on one worker, as at ingest; then on both at once,
+//! one passage each, which is what two cores give an ingest. The rate is
+//! multiply-adds a second, so the floor of an ingest's products is its
+//! multiply-adds over twice the two-worker rate.
 
 use std::time::Instant;
 
-use deskbell_kernels::{Q8Matrix, Q8Wide};
+use deskbell_kernels::dense::{Strided, StridedMut, gemm};
+use deskbell_kernels::{Q8Matrix, Q8Wide, Q8Widened};
 use rayon::prelude::*;
 
 use crate::stats::report;
@@ -20,8 +25,35 @@ const SHAPES: [(usize, usize); 4] = [(1152, 384), (384, 384), (1536, 384), (384,
 
 const LAYERS: usize = 6;
 
+/// One matrix in each form a product here takes.
+struct Forms {
+    blocks: Q8Matrix,
+    f32: Vec<f32>,
+    wide: Option<Q8Wide>,
+    widened: Option<Q8Widened>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Form {
+    Panel,
+    Wide,
+    F32,
+    Widened,
+}
+
+impl Form {
+    fn name(self) -> &'static str {
+        match self {
+            Form::Panel => "panel",
+            Form::Wide => "wide",
+            Form::F32 => "f32 GEMM",
+            Form::Widened => "widened",
+        }
+    }
+}
+
 pub fn figures(quick: bool) -> anyhow::Result<()> {
-    let matrices: Vec<(Q8Matrix, Option<Q8Wide>)> = SHAPES
+    let matrices: Vec<Forms> = SHAPES
         .iter()
         .enumerate()
         .map(|(i, &(rows, cols))| {
@@ -29,18 +61,26 @@ pub fn figures(quick: bool) -> anyhow::Result<()> {
                 .map(|j| ((j * 7919 + i) % 1000) as f32 / 500.0 - 1.0)
                 .collect();
             let m = Q8Matrix::quantize(rows, cols, &values)?;
-            let wide = Q8Wide::pack(&m);
-            Ok((m, wide))
+            Ok(Forms {
+                wide: Q8Wide::pack(&m),
+                widened: Q8Widened::pack(&m),
+                blocks: m,
+                f32: values,
+            })
         })
         .collect::<anyhow::Result<_>>()?;
-    if matrices.iter().any(|(_, w)| w.is_none()) {
+    let forms = if matrices.iter().all(|m| m.wide.is_some()) {
+        [Form::Panel, Form::Wide]
+    } else if matrices.iter().all(|m| m.widened.is_some()) {
+        [Form::F32, Form::Widened]
+    } else {
         report(
             "encoder products",
-            "skipped: the wide product needs AVX-512 VNNI and no AMX-INT8",
+            "skipped: the wide product needs AVX-512 VNNI and no AMX-INT8, the widened one AVX2 without VNNI",
             "",
         );
         return Ok(());
-    }
+    };
     let repeats = if quick { 2 } else { 20 };
     let one = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
     let two = rayon::ThreadPoolBuilder::new().num_threads(2).build()?;
@@ -52,15 +92,15 @@ pub fn figures(quick: bool) -> anyhow::Result<()> {
         // Each product's tokens, made once: the time is the products'.
         let inputs: Vec<Vec<f32>> = matrices
             .iter()
-            .map(|(m, _)| {
-                (0..tokens * m.cols())
+            .map(|m| {
+                (0..tokens * m.blocks.cols())
                     .map(|j| (j % 17) as f32 / 8.0 - 1.0)
                     .collect()
             })
             .collect();
         let mut line = Vec::new();
-        for wide in [false, true] {
-            let encoder = || passage(&matrices, &inputs, tokens, wide);
+        for form in forms {
+            let encoder = || passage(&matrices, &inputs, tokens, form);
             // A question shares its rows between the two workers; a passage is
             // one worker's, alone and then beside another.
             let alone = if tokens > 16 { &one } else { &two };
@@ -74,7 +114,7 @@ pub fn figures(quick: bool) -> anyhow::Result<()> {
                 Ok(best)
             };
             let t = alone.install(|| best(&encoder))?;
-            let name = if wide { "wide" } else { "panel" };
+            let name = form.name();
             let mut part = format!("{name} {:.2} ms ({:.0} G/s)", t * 1e3, macs / t / 1e9);
             if tokens > 16 {
                 let both = two.install(|| {
@@ -82,7 +122,7 @@ pub fn figures(quick: bool) -> anyhow::Result<()> {
                         (0..2)
                             .into_par_iter()
                             .with_max_len(1)
-                            .try_for_each(|_| passage(&matrices, &inputs, tokens, wide))
+                            .try_for_each(|_| passage(&matrices, &inputs, tokens, form))
                     })
                 })?;
                 part += &format!(", two at once {:.0} G/s", 2.0 * macs / both / 1e9);
@@ -90,9 +130,7 @@ pub fn figures(quick: bool) -> anyhow::Result<()> {
             line.push(part);
         }
         report(
-            &format!(
-                "encoder's 8-bit products, {label} (multiply-adds a second, best of {repeats})"
-            ),
+            &format!("encoder's products, {label} (multiply-adds a second, best of {repeats})"),
             &line.join("; "),
             "",
         );
@@ -103,17 +141,26 @@ pub fn figures(quick: bool) -> anyhow::Result<()> {
 /// Every product of the encoder's six layers for `tokens` tokens (`inputs`,
 /// one per matrix), each into a new buffer as the encoder's are.
 fn passage(
-    matrices: &[(Q8Matrix, Option<Q8Wide>)],
+    matrices: &[Forms],
     inputs: &[Vec<f32>],
     tokens: usize,
-    wide: bool,
+    form: Form,
 ) -> anyhow::Result<()> {
     for _ in 0..LAYERS {
-        for ((m, w), x) in matrices.iter().zip(inputs) {
-            let mut out = vec![0f32; tokens * m.rows()];
-            match (wide, w) {
-                (true, Some(w)) => w.product(x, tokens, &mut out)?,
-                _ => m.product(x, tokens, &mut out)?,
+        for (m, x) in matrices.iter().zip(inputs) {
+            let (rows, cols) = (m.blocks.rows(), m.blocks.cols());
+            let mut out = vec![0f32; tokens * rows];
+            match (form, &m.wide, &m.widened) {
+                (Form::Wide, Some(w), _) => w.product(x, tokens, &mut out)?,
+                (Form::Widened, _, Some(w)) => w.product(x, tokens, &mut out)?,
+                // As `knowledge::embed::long::linear` multiplies a passage.
+                (Form::F32, _, _) => gemm(
+                    StridedMut::rows(&mut out, tokens, rows),
+                    Strided::rows(x, tokens, cols),
+                    Strided::transposed(&m.f32, rows, cols),
+                    true,
+                )?,
+                _ => m.blocks.product(x, tokens, &mut out)?,
             }
         }
     }

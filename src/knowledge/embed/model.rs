@@ -317,13 +317,15 @@ mod tests {
         // Alone and among others give the same vector.
         assert_eq!(model.embed_question(texts[1]).unwrap(), v[1]);
         // Every text points where candle's f32 model points: through 8 bits (the
-        // product of any text where the CPU has VNNI and `DESKBELL_EMBED_INT8`
-        // is not `off`, a short text's rows elsewhere) within their rounding,
-        // through the f32 GEMM within f32 rounding.
+        // product of any text where the CPU has VNNI or AVX2's widened product
+        // and `DESKBELL_EMBED_INT8` is not `off`, a short text's rows
+        // elsewhere) within their rounding, through the f32 GEMM within f32
+        // rounding.
         for ((text, ours), theirs) in texts.iter().zip(&v).zip(reference(&dir, &texts)) {
             let similar = cosine(ours, &theirs);
             let tokens = model.tokenizer.encode(*text, true).unwrap().len();
-            let in_f32 = tokens > super::super::short::SHORT_TOKENS && !super::super::short::int8();
+            let in_f32 = tokens > super::super::short::SHORT_TOKENS
+                && super::super::short::passages_in_f32();
             let floor = if in_f32 { 0.9999 } else { 0.998 };
             let start: String = text.chars().take(40).collect();
             assert!(similar > floor, "{start:?} ({tokens} tokens): {similar}");

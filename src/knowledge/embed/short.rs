@@ -9,12 +9,17 @@
 //! up to sixteen tokens is one panel, whose rows the product shares among the
 //! workers (BENCHMARKS.md, "A question on the 8-bit product").
 //!
-//! Elsewhere a question (a few tokens, where candle's f32 GEMM spent more time
-//! packing than multiplying: 12 ms a question) takes
-//! `Q8Matrix::matmul_rows_expanded`, which reads each weight once, a quarter of
-//! the bytes of f32, expands its row and multiplies it by every token, on both
-//! cores; a passage takes the f32 weights on an f32 GEMM (`long.rs`). Attention
-//! is f32 either way.
+//! Where the CPU has AVX2 and not VNNI, the tokens are rounded the same way and
+//! multiplied by the weights widened to 16 bits (`Q8Widened::product`,
+//! `vpmaddwd`: the same outputs as VNNI's product, bit for bit), a passage's
+//! and a question's alike, and the f32 weights are not kept either.
+//!
+//! Elsewhere (no AVX2, or `DESKBELL_EMBED_INT8=off`) a question (a few tokens,
+//! where candle's f32 GEMM spent more time packing than multiplying: 12 ms a
+//! question) takes `Q8Matrix::matmul_rows_expanded`, which reads each weight
+//! once, a quarter of the bytes of f32, expands its row and multiplies it by
+//! every token, on both cores; a passage takes the f32 weights on an f32 GEMM
+//! (`long.rs`). Attention is f32 everywhere.
 //!
 //! BERT as in the original (post-norm): embeddings and a layer norm, then per
 //! layer self-attention over every token (no mask: one text, no padding), add
@@ -25,7 +30,7 @@ use std::collections::HashMap;
 use anyhow::Context;
 use candle_core::{Device, Tensor};
 use deskbell_kernels::tiles::{self, Bf16Matrix};
-use deskbell_kernels::{Q8Matrix, Q8Wide, elementwise};
+use deskbell_kernels::{Q8Matrix, Q8Wide, Q8Widened, elementwise};
 
 /// Without VNNI, texts up to this many tokens take the 8-bit rows
 /// (`matmul_rows_expanded`) on both workers and longer ones the f32 GEMM, on
@@ -47,6 +52,10 @@ struct Dense {
     /// The same weights in bf16 for AMX tiles, where the CPU has them: a
     /// passage's products run there (`deskbell_kernels::tiles`).
     tiles: Option<Bf16Matrix>,
+    /// The 8-bit weights widened to 16 bits where the CPU has AVX2 and not
+    /// VNNI: a passage's products and a question's run there, in place of
+    /// the f32 GEMM and the expanded rows (`Q8Widened`).
+    widened: Option<Q8Widened>,
     bias: Vec<f32>,
 }
 
@@ -150,11 +159,17 @@ fn dense(tensors: &HashMap<String, Tensor>, names: &[String]) -> anyhow::Result<
     let tiles = tiles::available()
         .then(|| Bf16Matrix::pack(rows, cols, &full).ok())
         .flatten();
-    let full = if int8() { Vec::new() } else { full };
+    let widened = widened().then(|| Q8Widened::pack(&weight)).flatten();
+    let full = if int8() || widened.is_some() {
+        Vec::new()
+    } else {
+        full
+    };
     Ok(Dense {
         weight: Eight::new(weight),
         full,
         tiles,
+        widened,
         bias,
     })
 }
@@ -270,16 +285,31 @@ impl Short {
     }
 }
 
-/// Whether products take 8-bit tokens: where the CPU multiplies 8 bits
-/// (`has_int8_product`), unless `DESKBELL_EMBED_INT8=off` asks for the f32
-/// products, a switch for measuring what the rounding costs on a labelled set
-/// (BENCHMARKS.md); read once, so one process never mixes the two.
+/// Whether products take 8-bit tokens on the VNNI product: where the CPU
+/// multiplies 8 bits (`has_int8_product`) and `int8_wanted`.
 pub(super) fn int8() -> bool {
-    static INT8: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *INT8.get_or_init(|| {
-        deskbell_kernels::has_int8_product()
-            && !std::env::var("DESKBELL_EMBED_INT8").is_ok_and(|v| v == "off")
-    })
+    deskbell_kernels::has_int8_product() && int8_wanted()
+}
+
+/// Whether products take 8-bit tokens on the widened product: where the CPU
+/// has AVX2 and not VNNI (`has_widened_product`), and `int8_wanted`.
+fn widened() -> bool {
+    deskbell_kernels::has_widened_product() && int8_wanted()
+}
+
+/// Whether a passage's products take f32 tokens: neither 8-bit product here.
+#[cfg(test)]
+pub(super) fn passages_in_f32() -> bool {
+    !int8() && !widened()
+}
+
+/// Whether 8-bit tokens are wanted at all (VNNI's product or the widened one):
+/// yes unless `DESKBELL_EMBED_INT8=off` asks for the f32 products, a switch
+/// for measuring what the rounding costs on a labelled set (BENCHMARKS.md);
+/// read once, so one process never mixes the two.
+fn int8_wanted() -> bool {
+    static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| !std::env::var("DESKBELL_EMBED_INT8").is_ok_and(|v| v == "off"))
 }
 
 fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
@@ -289,12 +319,17 @@ fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
             return Ok(out);
         }
     }
-    if n > SHORT_TOKENS && !int8() {
-        return super::long::linear(&dense.full, &dense.bias, x, n);
-    }
     let rows = dense.weight.rows();
     let mut out = vec![0f32; n * rows];
-    dense.weight.product(x, n, &mut out)?;
+    if let Some(widened) = &dense.widened {
+        widened
+            .product(x, n, &mut out)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    } else if n > SHORT_TOKENS && !int8() {
+        return super::long::linear(&dense.full, &dense.bias, x, n);
+    } else {
+        dense.weight.product(x, n, &mut out)?;
+    }
     add_bias(&mut out, &dense.bias);
     Ok(out)
 }
