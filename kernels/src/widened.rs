@@ -42,18 +42,28 @@ impl Q8Widened {
     /// and FMA, a CPU with the 8-bit product (`has_int8_product`), or rows that
     /// are not a whole number of eight (or none).
     pub fn pack(m: &Q8Matrix) -> Option<Q8Widened> {
-        if !has_widened_product() || m.rows == 0 {
+        if !has_widened_product() {
             return None;
         }
-        Self::pack_anywhere(m)
+        Self::widen(m)
     }
 
-    /// `m` widened whatever the CPU: the tests multiply with it wherever AVX2
-    /// and FMA are (all the kernel needs), VNNI or not, and compare it with the
-    /// same product in plain Rust; `None` where the rows are not a whole number
-    /// of eight. [`Q8Widened::product`] must not be called on it elsewhere.
-    pub(crate) fn pack_anywhere(m: &Q8Matrix) -> Option<Q8Widened> {
-        if !m.rows.is_multiple_of(ROWS) {
+    /// `m` widened where the kernel runs (AVX2 and FMA), VNNI or not: the
+    /// tests multiply with it on either kind of CPU.
+    #[cfg(test)]
+    pub(crate) fn pack_for_tests(m: &Q8Matrix) -> Option<Q8Widened> {
+        if !available() {
+            return None;
+        }
+        Self::widen(m)
+    }
+
+    /// `m` widened, or `None` where the rows are not a whole number of eight
+    /// (or none). Only `pack` and the tests call it, after checking the CPU:
+    /// a `Q8Widened` exists only where [`Q8Widened::product`]'s kernel runs,
+    /// which is what makes that safe function's unsafe call sound.
+    fn widen(m: &Q8Matrix) -> Option<Q8Widened> {
+        if m.rows == 0 || !m.rows.is_multiple_of(ROWS) {
             return None;
         }
         let bpr = m.blocks_per_row();
@@ -145,7 +155,8 @@ impl Q8Widened {
 
 /// Tokens a task multiplies by every row: a 256-token passage is four tasks,
 /// which the other worker may take when it is idle, and a task's widened
-/// tokens (at most 192 KiB for 1,536 columns) stay in its core's L2.
+/// tokens (about 204 KiB for 1,536 columns, scales included) stay in its
+/// core's L2.
 const TOKENS_PER_TASK: usize = 64;
 
 /// Whether [`Q8Widened::pack`] widens matrices on this CPU: AVX2 and FMA,

@@ -48,7 +48,7 @@ proptest! {
         if !has_avx2() {
             return Ok(());
         }
-        let widened = Q8Widened::pack_anywhere(&m).unwrap();
+        let widened = Q8Widened::pack_for_tests(&m).unwrap();
         let want = portable(&widened, &x, tokens);
         for threads in [1, 2, 3] {
             let mut got = vec![f32::NAN; rows * tokens];
@@ -65,7 +65,7 @@ proptest! {
             return Ok(());
         }
         let m = Q8Matrix::quantize(rows, cols, &values).unwrap();
-        let widened = Q8Widened::pack_anywhere(&m).unwrap();
+        let widened = Q8Widened::pack_for_tests(&m).unwrap();
         let mut want = vec![f32::NAN; rows * tokens];
         m.product(&x, tokens, &mut want).unwrap();
         prop_assert!(same(&portable(&widened, &x, tokens), &want));
@@ -74,32 +74,38 @@ proptest! {
 
 #[test]
 fn the_widened_product_keeps_the_panel_product_s_edges() {
-    let weights: Vec<f32> = (0..16 * 2 * BLOCK)
+    // Five groups of rows (a whole tile and one left over) and five blocks (a
+    // whole chunk and one more), so the edge values meet the tile, the chunk
+    // that goes on from stored sums, and the leftovers.
+    let (rows, blocks, tokens) = (40, 5, 20);
+    let cols = blocks * BLOCK;
+    let weights: Vec<f32> = (0..rows * cols)
         .map(|i| (i % 97) as f32 / 10.0 - 4.0)
         .collect();
-    let m = Q8Matrix::quantize(16, 2 * BLOCK, &weights).unwrap();
-    if !has_avx2() {
+    let m = Q8Matrix::quantize(rows, cols, &weights).unwrap();
+    let Some(widened) = Q8Widened::pack_for_tests(&m) else {
         return;
-    }
-    let widened = Q8Widened::pack_anywhere(&m).unwrap();
-    // Token 0: zeros, then ones; token 1: a NaN; token 2: an infinity; token 3:
-    // values too small to divide by; the rest zeros.
-    let mut x = vec![0f32; 20 * 2 * BLOCK];
-    x[BLOCK..2 * BLOCK].fill(1.0);
-    x[2 * BLOCK + 5] = f32::NAN;
-    x[5 * BLOCK + 1] = f32::INFINITY;
-    x[6 * BLOCK..8 * BLOCK].fill(f32::MIN_POSITIVE / 4.0);
-    let mut got = vec![f32::NAN; 16 * 20];
-    widened.product(&x, 20, &mut got).unwrap();
-    assert!(same(&got, &portable(&widened, &x, 20)));
-    assert!(got[..16].iter().all(|v| v.is_finite() && *v != 0.0));
-    assert!(got[16..48].iter().all(|v| v.is_nan()));
-    assert!(got[48..].iter().all(|v| *v == 0.0));
+    };
+    // Token 0: zeros, then ones in the last block; token 1: a NaN in its last
+    // block; token 2: an infinity there; token 3: values too small to divide
+    // by in every block; the rest zeros.
+    let block = |t: usize, b: usize| (t * blocks + b) * BLOCK;
+    let mut x = vec![0f32; tokens * cols];
+    x[block(0, 4)..block(0, 5)].fill(1.0);
+    x[block(1, 4) + 5] = f32::NAN;
+    x[block(2, 4) + 1] = f32::INFINITY;
+    x[block(3, 0)..block(4, 0)].fill(f32::MIN_POSITIVE / 4.0);
+    let mut got = vec![f32::NAN; rows * tokens];
+    widened.product(&x, tokens, &mut got).unwrap();
+    assert!(same(&got, &portable(&widened, &x, tokens)));
+    assert!(got[..rows].iter().all(|v| v.is_finite() && *v != 0.0));
+    assert!(got[rows..3 * rows].iter().all(|v| v.is_nan()));
+    assert!(got[3 * rows..].iter().all(|v| *v == 0.0));
     assert_eq!(
-        widened.product(&x[1..], 20, &mut got),
+        widened.product(&x[1..], tokens, &mut got),
         Err(ShapeError::Length {
-            expected: 20 * 2 * BLOCK,
-            got: 20 * 2 * BLOCK - 1
+            expected: tokens * cols,
+            got: tokens * cols - 1
         })
     );
     assert_eq!(widened.product(&[], 0, &mut []), Ok(()));

@@ -32,9 +32,10 @@ use candle_core::{Device, Tensor};
 use deskbell_kernels::tiles::{self, Bf16Matrix};
 use deskbell_kernels::{Q8Matrix, Q8Wide, Q8Widened, elementwise};
 
-/// Without VNNI, texts up to this many tokens take the 8-bit rows
-/// (`matmul_rows_expanded`) on both workers and longer ones the f32 GEMM, on
-/// one; attention takes the GEMM past it everywhere.
+/// Without either 8-bit product (VNNI's, AVX2's widened one), texts up to
+/// this many tokens take the 8-bit rows (`matmul_rows_expanded`) on both
+/// workers and longer ones the f32 GEMM, on one; attention takes the GEMM
+/// past it everywhere.
 pub const SHORT_TOKENS: usize = 48;
 
 struct Norm {
@@ -47,15 +48,12 @@ struct Norm {
 struct Dense {
     weight: Eight,
     /// The same weights in f32, row-major, for many tokens on the f32 GEMM;
-    /// empty where the CPU multiplies many tokens in 8 bits (VNNI).
+    /// empty where the CPU multiplies many tokens in 8 bits (VNNI, or AVX2's
+    /// widened product).
     full: Vec<f32>,
     /// The same weights in bf16 for AMX tiles, where the CPU has them: a
     /// passage's products run there (`deskbell_kernels::tiles`).
     tiles: Option<Bf16Matrix>,
-    /// The 8-bit weights widened to 16 bits where the CPU has AVX2 and not
-    /// VNNI: a passage's products and a question's run there, in place of
-    /// the f32 GEMM and the expanded rows (`Q8Widened`).
-    widened: Option<Q8Widened>,
     bias: Vec<f32>,
 }
 
@@ -63,17 +61,22 @@ struct Dense {
 /// AVX-512 VNNI and no AMX-INT8 (the same outputs as `Q8Matrix::product`,
 /// 1.10–1.16× as fast on a passage on one worker, 1.08–1.10× on two:
 /// BENCHMARKS.md, "A passage's product with the weights across the lanes"),
-/// otherwise in blocks (on AMX tiles where the CPU has AMX-INT8). One copy,
-/// not both.
+/// otherwise in blocks (on AMX tiles where the CPU has AMX-INT8); widened to
+/// 16 bits for `Q8Widened::product` where the CPU has AVX2 and not VNNI, a
+/// passage's products and a question's alike. One copy, never two.
 enum Eight {
     Wide(Q8Wide),
+    Widened(Q8Widened),
     Blocks(Q8Matrix),
 }
 
 impl Eight {
     fn new(m: Q8Matrix) -> Eight {
-        match int8().then(|| Q8Wide::pack(&m)).flatten() {
-            Some(wide) => Eight::Wide(wide),
+        if let Some(wide) = int8().then(|| Q8Wide::pack(&m)).flatten() {
+            return Eight::Wide(wide);
+        }
+        match widened().then(|| Q8Widened::pack(&m)).flatten() {
+            Some(widened) => Eight::Widened(widened),
             None => Eight::Blocks(m),
         }
     }
@@ -81,15 +84,23 @@ impl Eight {
     fn rows(&self) -> usize {
         match self {
             Eight::Wide(w) => w.rows(),
+            Eight::Widened(w) => w.rows(),
             Eight::Blocks(m) => m.rows(),
         }
     }
 
-    /// Tokens in 8 bits where `int8()`, otherwise each row expanded to f32
+    /// Whether every product of any length is in 8 bits here, so the f32
+    /// weights are not needed.
+    fn all_tokens(&self) -> bool {
+        int8() || matches!(self, Eight::Widened(_))
+    }
+
+    /// Tokens in 8 bits where `all_tokens`, otherwise each row expanded to f32
     /// (only blocks are kept then: `new` packs none).
     fn product(&self, x: &[f32], n: usize, out: &mut [f32]) -> anyhow::Result<()> {
         let done = match self {
             Eight::Wide(w) => w.product(x, n, out),
+            Eight::Widened(w) => w.product(x, n, out),
             Eight::Blocks(m) if int8() => m.product(x, n, out),
             Eight::Blocks(m) => m.matmul_rows_expanded(x, n, out),
         };
@@ -159,17 +170,16 @@ fn dense(tensors: &HashMap<String, Tensor>, names: &[String]) -> anyhow::Result<
     let tiles = tiles::available()
         .then(|| Bf16Matrix::pack(rows, cols, &full).ok())
         .flatten();
-    let widened = widened().then(|| Q8Widened::pack(&weight)).flatten();
-    let full = if int8() || widened.is_some() {
+    let weight = Eight::new(weight);
+    let full = if weight.all_tokens() {
         Vec::new()
     } else {
         full
     };
     Ok(Dense {
-        weight: Eight::new(weight),
+        weight,
         full,
         tiles,
-        widened,
         bias,
     })
 }
@@ -319,17 +329,12 @@ fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
             return Ok(out);
         }
     }
+    if n > SHORT_TOKENS && !dense.weight.all_tokens() {
+        return super::long::linear(&dense.full, &dense.bias, x, n);
+    }
     let rows = dense.weight.rows();
     let mut out = vec![0f32; n * rows];
-    if let Some(widened) = &dense.widened {
-        widened
-            .product(x, n, &mut out)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-    } else if n > SHORT_TOKENS && !int8() {
-        return super::long::linear(&dense.full, &dense.bias, x, n);
-    } else {
-        dense.weight.product(x, n, &mut out)?;
-    }
+    dense.weight.product(x, n, &mut out)?;
     add_bias(&mut out, &dense.bias);
     Ok(out)
 }
