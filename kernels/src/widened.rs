@@ -97,12 +97,6 @@ impl Q8Widened {
         self.cols
     }
 
-    /// The memory the weights take.
-    pub fn bytes(&self) -> usize {
-        self.quants.len() * size_of::<[i16; 2 * ROWS]>()
-            + self.scales.len() * size_of::<[f32; ROWS]>()
-    }
-
     pub(crate) fn blocks_per_row(&self) -> usize {
         self.cols / BLOCK
     }
