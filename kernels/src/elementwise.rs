@@ -83,13 +83,26 @@ fn erf(x: f32, fused: bool) -> f32 {
     m(-poly, exp_with(-a * a, fused), 1.0).copysign(x)
 }
 
-/// BERT's GELU, `x Φ(x)` with the error function, in place.
+/// BERT's GELU, `x Φ(x)` with the error function, in place: in AVX-512
+/// intrinsics where the CPU has them (`gelu_x86.rs`, the same formula without
+/// a division), otherwise as below.
+pub fn gelu(xs: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::gelu_x86::here() {
+        // SAFETY: the CPU has AVX-512.
+        unsafe { crate::gelu_x86::gelu(xs) };
+        return;
+    }
+    gelu_plain(xs);
+}
+
+/// [`gelu`] in plain Rust, compiled for each CPU feature set.
 #[multiversion(targets(
     "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
     "x86_64+avx2+fma",
     "aarch64+neon"
 ))]
-pub fn gelu(xs: &mut [f32]) {
+pub(crate) fn gelu_plain(xs: &mut [f32]) {
     let fused = multiversion::target::target_cfg_f!(target_feature = "fma");
     for x in xs.iter_mut() {
         *x = 0.5 * *x * (1.0 + erf(*x * std::f32::consts::FRAC_1_SQRT_2, fused));
@@ -194,13 +207,19 @@ mod tests {
         }
 
         #[test]
-        fn gelu_matches_its_definition(x in -12.0f32..12.0) {
-            let mut ours = [x];
-            gelu(&mut ours);
+        fn gelu_matches_its_definition(x in -12.0f32..12.0, at in 0usize..37) {
+            // The value among others, so that whole vectors and the tail
+            // both meet it.
+            let mut many = [0.25f32; 37];
+            many[at] = x;
+            gelu(&mut many);
+            let ours = [many[at]];
+            let mut plain = [x];
+            gelu_plain(&mut plain);
             // The clone this CPU runs, and the step with each kind of multiply-add.
             let by_step = |fused| 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2, fused));
             let reference = 0.5 * f64::from(x) * (1.0 + erf_reference(f64::from(x) / 2f64.sqrt()));
-            for ours in [ours[0], by_step(true), by_step(false)] {
+            for ours in [ours[0], plain[0], by_step(true), by_step(false)] {
                 prop_assert!((f64::from(ours) - reference).abs() < 2e-6 * f64::from(x.abs()).max(1.0), "{x}: {ours} against {reference}");
             }
         }
@@ -237,6 +256,27 @@ mod tests {
         assert!(exp(1000.0).is_finite() && exp(1000.0) > 1e38);
         assert!(exp(f32::NAN).is_nan());
         assert_eq!(exp(0.0), 1.0);
+    }
+
+    #[test]
+    fn gelu_keeps_the_plain_passs_edges() {
+        let edges = [
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            0.0,
+            -0.0,
+            1e-40,
+            40.0,
+            -40.0,
+        ];
+        let (mut ours, mut plain) = (edges, edges);
+        gelu(&mut ours);
+        gelu_plain(&mut plain);
+        for ((x, a), b) in edges.iter().zip(ours).zip(plain) {
+            assert!(a == b || (a.is_nan() && b.is_nan()), "{x}: {a} against {b}");
+        }
+        assert_eq!(ours[0], f32::INFINITY);
     }
 
     #[test]

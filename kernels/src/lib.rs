@@ -39,6 +39,10 @@ use rayon::prelude::*;
 pub mod attention;
 pub mod dense;
 pub mod elementwise;
+#[cfg(target_arch = "x86_64")]
+mod gelu_x86;
+#[cfg(target_arch = "x86_64")]
+mod pow2_x86;
 mod q4;
 #[cfg(target_arch = "x86_64")]
 mod q4_x86;

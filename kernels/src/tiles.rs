@@ -29,7 +29,13 @@ use crate::ShapeError;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod amx;
 mod attention;
+mod lines;
+#[cfg(target_arch = "x86_64")]
+mod simd;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests;
 pub use attention::attention;
+pub use lines::{Lines, Plain};
 
 /// Rows of a tile, and columns of its f32 sums.
 const TILE: usize = 16;
@@ -57,13 +63,17 @@ pub fn available() -> bool {
     })
 }
 
-/// `x` rounded to the nearest bf16, ties to even; not a number stays one.
+/// `x` rounded to the nearest bf16, ties to even; not a number stays one, and a
+/// number too small to be normal is zero (of its sign), as AVX-512's
+/// `vcvtne2ps2bf16` gives and as the tiles take such inputs anyway.
 #[inline(always)]
 pub(crate) fn bf16(x: f32) -> u16 {
     let bits = x.to_bits();
     let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16;
     if x.is_nan() {
         ((bits >> 16) | 0x40) as u16
+    } else if x.is_subnormal() {
+        (bits >> 16) as u16 & 0x8000
     } else {
         rounded as u16
     }
@@ -73,19 +83,92 @@ pub(crate) fn bf16(x: f32) -> u16 {
 /// order the tiles load them: for each sixteen rows and each 32 columns, a 1 KB
 /// tile of sixteen rows of 64 bytes, so that every tile load reads one stretch
 /// of memory. Zeros pad to `rows × k` (multiples of 16 and 32).
+fn in_tiles(x: &[f32], n: usize, stride: usize, used: usize, rows: usize, k: usize) -> Lines<u16> {
+    in_tiles_with(x, n, stride, used, rows, k, fast())
+}
+
+/// Whether the passes around the tiles take AVX-512's bf16 instructions
+/// (`simd.rs`); the plain Rust below gives the same values bit for bit.
+fn fast() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return simd::here();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// [`in_tiles`], with the instructions of `simd.rs` where `fast`.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn in_tiles(x: &[f32], n: usize, stride: usize, used: usize, rows: usize, k: usize) -> Vec<u16> {
-    let mut a = vec![0u16; rows * k];
+fn in_tiles_with(
+    x: &[f32],
+    n: usize,
+    stride: usize,
+    used: usize,
+    rows: usize,
+    k: usize,
+    fast: bool,
+) -> Lines<u16> {
     let chunks = k / DEPTH;
-    for i in 0..n {
-        let row = &x[i * stride..][..used];
-        let group = &mut a[(i / TILE) * chunks * TILE * DEPTH + (i % TILE) * DEPTH..];
-        for (c, values) in row.chunks(DEPTH).enumerate() {
-            let out = &mut group[c * TILE * DEPTH..][..values.len()];
-            out.iter_mut().zip(values).for_each(|(o, v)| *o = bf16(*v));
+    let at = |i: usize, c: usize| ((i / TILE) * chunks + c) * TILE * DEPTH + (i % TILE) * DEPTH;
+    // Writes the `n` rows' values through `a`, which holds `rows × k`.
+    let fill = |a: *mut u16| {
+        for i in 0..n {
+            for (c, values) in x[i * stride..][..used].chunks(DEPTH).enumerate() {
+                // SAFETY: chunk `c` of row `i` < `n` ≤ `rows` is within `rows × k`.
+                unsafe { rounded(values, a.add(at(i, c)), fast) };
+            }
         }
+    };
+    if used != k {
+        let mut a = Lines::zeroed(rows * k);
+        fill(a.as_mut_ptr());
+        return a;
     }
-    a
+    // Zeros for the padding rows past `n`.
+    let pad = |a: *mut u16| {
+        for i in n..rows {
+            for c in 0..chunks {
+                // SAFETY: within `rows × k`, as above.
+                unsafe { a.add(at(i, c)).write_bytes(0, DEPTH) };
+            }
+        }
+    };
+    // Not zeroed first, since every value is written: each row's `k` values,
+    // then the padding rows' zeros (zeroing whole buffers was a twentieth of
+    // a passage).
+    // SAFETY: as that says.
+    let written = unsafe {
+        Lines::written(rows * k, |a| {
+            let a = a.as_mut_ptr().cast::<u16>();
+            fill(a);
+            pad(a);
+            Ok::<(), std::convert::Infallible>(())
+        })
+    };
+    match written {
+        Ok(a) => a,
+        Err(never) => match never {},
+    }
+}
+
+/// `values` (at most 32) rounded to bf16 into `out`.
+///
+/// # Safety
+///
+/// `out` has room for `values.len()` values.
+#[inline(always)]
+unsafe fn rounded(values: &[f32], out: *mut u16, fast: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if values.len() == DEPTH && fast {
+        // SAFETY: `fast` only where the CPU has the instructions; 32 values
+        // each way.
+        unsafe { simd::row(values.as_ptr(), out) };
+        return;
+    }
+    let _ = fast;
+    for (j, v) in values.iter().enumerate() {
+        // SAFETY: within the room the caller gave.
+        unsafe { out.add(j).write(bf16(*v)) };
+    }
 }
 
 /// A `k × n` right-hand side packed for the tiles, zeros added to make `k` and
@@ -94,7 +177,7 @@ fn in_tiles(x: &[f32], n: usize, stride: usize, used: usize, rows: usize, k: usi
 struct Packed {
     k: usize,
     n: usize,
-    tiles: Vec<u16>,
+    tiles: Lines<u16>,
 }
 
 impl Packed {
@@ -103,7 +186,7 @@ impl Packed {
         Packed {
             k: kp,
             n: np,
-            tiles: vec![0u16; kp * np],
+            tiles: Lines::zeroed(kp * np),
         }
     }
 
@@ -120,7 +203,30 @@ impl Packed {
     /// `n` columns of `k` values each, column `j` being `column(j)`: a weight
     /// matrix's rows, or attention's keys.
     fn from_columns<'a>(k: usize, n: usize, column: impl Fn(usize) -> &'a [f32]) -> Packed {
+        Packed::from_columns_with(k, n, column, fast())
+    }
+
+    /// [`Packed::from_columns`], with the instructions of `simd.rs` where `fast`.
+    fn from_columns_with<'a>(
+        k: usize,
+        n: usize,
+        column: impl Fn(usize) -> &'a [f32],
+        fast: bool,
+    ) -> Packed {
         let mut packed = Packed::zeros(k, n);
+        #[cfg(target_arch = "x86_64")]
+        if k.is_multiple_of(DEPTH) && fast {
+            for j in 0..n {
+                let tile = (j / TILE) * packed.k * TILE;
+                for (c, values) in column(j)[..k].chunks_exact(DEPTH).enumerate() {
+                    let dest = &mut packed.tiles[tile + c * TILE * DEPTH..][..TILE * DEPTH];
+                    // SAFETY: the CPU has the instructions; 32 values, a whole
+                    // tile, and `j % 16` < 16.
+                    unsafe { simd::key(values.as_ptr(), dest.as_mut_ptr(), j % TILE) };
+                }
+            }
+            return packed;
+        }
         for j in 0..n {
             let at = packed.column_at(j);
             // A pair of values is one 32-bit lane of a tile row, a row 64 bytes on.
@@ -136,8 +242,45 @@ impl Packed {
 
     /// `k` rows of `n` values each, row `i` being `row(i)`: attention's values.
     fn from_rows<'a>(k: usize, n: usize, row: impl Fn(usize) -> &'a [f32]) -> Packed {
+        Packed::from_rows_with(k, n, row, fast())
+    }
+
+    /// [`Packed::from_rows`], with the instructions of `simd.rs` where `fast`.
+    fn from_rows_with<'a>(
+        k: usize,
+        n: usize,
+        row: impl Fn(usize) -> &'a [f32],
+        fast: bool,
+    ) -> Packed {
         let mut packed = Packed::zeros(k, n);
         let group = packed.k * TILE;
+        #[cfg(target_arch = "x86_64")]
+        if n.is_multiple_of(WIDE) && fast {
+            // A token past the last pairs with zeros, as the padding does.
+            let zeros = vec![0f32; n];
+            for i in (0..k).step_by(2) {
+                let at = Packed::row_at(i);
+                let second = if i + 1 < k { row(i + 1) } else { &zeros[..] };
+                for (g, (first, second)) in row(i)[..n]
+                    .chunks_exact(WIDE)
+                    .zip(second[..n].chunks_exact(WIDE))
+                    .enumerate()
+                {
+                    let (low, high) = packed.tiles[2 * g * group + at..].split_at_mut(group);
+                    // SAFETY: the CPU has the instructions; 32 values each,
+                    // and a tile row of room in each group from `at`.
+                    unsafe {
+                        simd::value_pair(
+                            first.as_ptr(),
+                            second.as_ptr(),
+                            low.as_mut_ptr(),
+                            high[..2 * TILE].as_mut_ptr(),
+                        )
+                    };
+                }
+            }
+            return packed;
+        }
         for i in 0..k {
             let at = Packed::row_at(i);
             for (g, values) in row(i)[..n].chunks(TILE).enumerate() {
@@ -183,44 +326,33 @@ impl Bf16Matrix {
     /// `out[t * rows + r]` = row `r` · token `t` + `bias[r]` (none if `bias`
     /// is empty) for `tokens` tokens of `x`, on the calling thread. Only where
     /// [`available`]: an error elsewhere.
-    pub fn product(&self, x: &[f32], tokens: usize, bias: &[f32]) -> Result<Vec<f32>, ShapeError> {
+    pub fn product(
+        &self,
+        x: &[f32],
+        tokens: usize,
+        bias: &[f32],
+    ) -> Result<Lines<f32>, ShapeError> {
         crate::check_len(tokens * self.cols, x.len())?;
         if !bias.is_empty() {
             crate::check_len(self.rows, bias.len())?;
         }
         if tokens == 0 {
-            return Ok(Vec::new());
+            return Ok(Lines::zeroed(0));
         }
         let padded = tokens.next_multiple_of(TILE);
         let a = in_tiles(x, tokens, self.cols, self.cols, padded, self.cols);
-        let len = padded * self.rows;
         // Not zeroed first: the tiles write every value (a tenth of a
         // passage's time went to zeroing buffers).
-        let mut out = Vec::with_capacity(len);
-        multiply(
-            &a,
-            padded,
-            &self.packed,
-            &mut out.spare_capacity_mut()[..len],
-            self.rows,
-            0,
-        )?;
-        // SAFETY: `multiply` succeeded, so the tiles wrote all `padded` rows of
-        // `packed.n` = `rows` columns (a multiple of 32), each of the `len`.
-        unsafe { out.set_len(len) };
+        // SAFETY: when `multiply` succeeds the tiles wrote all `padded` rows of
+        // `packed.n` = `rows` columns (a multiple of 32): every value.
+        let mut out = unsafe {
+            Lines::written(padded * self.rows, |out| {
+                let bias = (!bias.is_empty()).then_some(bias);
+                multiply(&a, padded, &self.packed, bias, out, self.rows, 0)
+            })?
+        };
         out.truncate(tokens * self.rows);
-        if !bias.is_empty() {
-            add_bias(&mut out, bias);
-        }
         Ok(out)
-    }
-}
-
-/// Each row of `out` (`bias.len()` wide) plus `bias`.
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn add_bias(out: &mut [f32], bias: &[f32]) {
-    for row in out.chunks_exact_mut(bias.len()) {
-        row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
     }
 }
 
@@ -236,13 +368,15 @@ unsafe fn writable(out: &mut [f32]) -> &mut [MaybeUninit<f32>] {
     unsafe { &mut *(out as *mut [f32] as *mut [MaybeUninit<f32>]) }
 }
 
-/// `out[i * stride + at + j]` = row `i` of `a` · column `j` of `packed`, for
-/// every row of `a` (`rows × packed.k`, bf16 in tiles, `rows` a multiple of 16) and
-/// column of `packed`. Checks every length, then runs the tiles.
+/// `out[i * stride + at + j]` = row `i` of `a` · column `j` of `packed` (+
+/// `bias[j]` where there is one), for every row of `a` (`rows × packed.k`,
+/// bf16 in tiles, `rows` a multiple of 16) and column of `packed`. Checks
+/// every length, then runs the tiles.
 fn multiply(
     a: &[u16],
     rows: usize,
     packed: &Packed,
+    bias: Option<&[f32]>,
     out: &mut [MaybeUninit<f32>],
     stride: usize,
     at: usize,
@@ -260,7 +394,7 @@ fn multiply(
         return Err(shape());
     }
     crate::check_len(rows * k, a.len())?;
-    if out.len() < (rows - 1) * stride + at + n {
+    if out.len() < (rows - 1) * stride + at + n || bias.is_some_and(|b| b.len() != n) {
         return Err(shape());
     }
     // Elsewhere nothing is written, so `product` must not take it as done.
@@ -268,8 +402,8 @@ fn multiply(
     return Err(ShapeError::NoTiles);
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     // SAFETY: `available` found the tiles and Linux lent them; every tile load
-    // reads within `a` (rows × k) and `packed` (k × n), and every store writes
-    // within `out`, as checked above.
+    // reads within `a` (rows × k), `packed` (k × n) and `bias` (n), and every
+    // store writes within `out`, as checked above.
     unsafe {
         amx::tiles(
             a,
@@ -277,6 +411,7 @@ fn multiply(
             k,
             &packed.tiles,
             n,
+            bias,
             out[at..].as_mut_ptr().cast(),
             stride,
         )

@@ -134,11 +134,8 @@ fn shapes_the_tiles_cannot_take_are_refused() {
         let m = Bf16Matrix::pack(32, 32, &[1.0; 32 * 32]).unwrap();
         assert!(m.product(&[1.0; 31], 1, &[]).is_err());
         assert!(m.product(&[1.0; 32], 1, &[1.0; 31]).is_err());
-        assert_eq!(m.product(&[1.0; 32], 1, &[]).unwrap(), vec![32.0; 32]);
+        assert_eq!(*m.product(&[1.0; 32], 1, &[]).unwrap(), [32.0; 32]);
         assert!(m.product(&[], 0, &[]).unwrap().is_empty());
-        assert_eq!(
-            m.product(&[1.0; 32], 1, &[0.5; 32]).unwrap(),
-            vec![32.5; 32]
-        );
+        assert_eq!(*m.product(&[1.0; 32], 1, &[0.5; 32]).unwrap(), [32.5; 32]);
     }
 }

@@ -10,20 +10,27 @@ use crate::int8::amx::{TileConfig, release};
 /// `tmm4..5` rows of `A`, `tmm6..7` packed `B`.
 static CONFIG: TileConfig = TileConfig::new(&[(64, 16); 8]);
 
-/// `out[i * stride + j]` = row `i` of `a` · column `j` of `packed`.
+/// Sums start from these where a product has no bias: one tile row of zeros,
+/// loaded into every row (a stride of 0).
+static ZEROS: [f32; TILE] = [0.0; TILE];
+
+/// `out[i * stride + j]` = row `i` of `a` · column `j` of `packed` +
+/// `bias[j]` (none where `bias` is `None`).
 ///
 /// # Safety
 ///
 /// As `multiply` checks: the tiles are available, `a` is `rows × k` (`rows` a
 /// multiple of 16, `k` of 32), `packed` is `k × n` packed (`n` a multiple of
-/// 32), and `out` holds `rows` rows of `stride` from where it points, `n` of
-/// each written.
+/// 32), `bias` (if any) holds `n` values, and `out` holds `rows` rows of
+/// `stride` from where it points, `n` of each written.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn tiles(
     a: &[u16],
     rows: usize,
     k: usize,
     packed: &[u16],
     n: usize,
+    bias: Option<&[f32]>,
     out: *mut f32,
     stride: usize,
 ) {
@@ -37,6 +44,12 @@ pub(super) unsafe fn tiles(
         // Two groups of sixteen columns, each `k × 16` packed in turn.
         let b = packed[col * k..].as_ptr();
         let b_next = packed[(col + TILE) * k..].as_ptr();
+        // Each tile of sums starts as its sixteen columns' bias in every row,
+        // so that no pass over the output adds it afterwards.
+        let start = match bias {
+            Some(bias) => [bias[col..].as_ptr(), bias[col + TILE..].as_ptr()],
+            None => [ZEROS.as_ptr(); 2],
+        };
         let mut row = 0;
         while row < rows {
             // SAFETY: rows `row..row + 16` (or 32) of `a` and of the output,
@@ -46,10 +59,10 @@ pub(super) unsafe fn tiles(
                 let a = a[row * k..].as_ptr();
                 let c = out.add(row * stride + col);
                 if row + WIDE <= rows {
-                    two_by_two(a, b, b_next, chunks, c, out_row);
+                    two_by_two(a, b, b_next, start, chunks, c, out_row);
                     row += WIDE;
                 } else {
-                    one_by_two(a, b, b_next, chunks, c, out_row);
+                    one_by_two(a, b, b_next, start, chunks, c, out_row);
                     row += TILE;
                 }
             }
@@ -65,13 +78,14 @@ pub(super) unsafe fn tiles(
 ///
 /// The tiles are configured; `a` has two groups of sixteen rows in tiles,
 /// `chunks` tiles each, one after the other; `b` and `b_next` have `chunks`
-/// packed tiles; `c` has 32
+/// packed tiles; `start` two rows of sixteen sums to begin from; `c` has 32
 /// rows of `c_row` bytes, 128 bytes of each written.
 #[inline(always)]
 unsafe fn two_by_two(
     a: *const u16,
     b: *const u16,
     b_next: *const u16,
+    start: [*const f32; 2],
     chunks: usize,
     c: *mut f32,
     c_row: usize,
@@ -79,10 +93,10 @@ unsafe fn two_by_two(
     // SAFETY: as for this function.
     unsafe {
         asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
+            "tileloadd tmm0, [{s0} + {same} * 1]",
+            "tileloadd tmm1, [{s1} + {same} * 1]",
+            "tileloadd tmm2, [{s0} + {same} * 1]",
+            "tileloadd tmm3, [{s1} + {same} * 1]",
             "2:",
             "tileloadd tmm4, [{a0} + {row} * 1]",
             "tileloadd tmm6, [{b0} + {row} * 1]",
@@ -108,6 +122,9 @@ unsafe fn two_by_two(
             b1 = inout(reg) b_next => _,
             chunks = inout(reg) chunks => _,
             row = in(reg) 64usize,
+            s0 = in(reg) start[0],
+            s1 = in(reg) start[1],
+            same = in(reg) 0usize,
             c0 = in(reg) c,
             c1 = in(reg) c.byte_add(TILE * c_row),
             c_row = in(reg) c_row,
@@ -128,6 +145,7 @@ unsafe fn one_by_two(
     a: *const u16,
     b: *const u16,
     b_next: *const u16,
+    start: [*const f32; 2],
     chunks: usize,
     c: *mut f32,
     c_row: usize,
@@ -135,8 +153,8 @@ unsafe fn one_by_two(
     // SAFETY: as for this function.
     unsafe {
         asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
+            "tileloadd tmm0, [{s0} + {same} * 1]",
+            "tileloadd tmm1, [{s1} + {same} * 1]",
             "2:",
             "tileloadd tmm4, [{a0} + {row} * 1]",
             "tileloadd tmm6, [{b0} + {row} * 1]",
@@ -155,6 +173,9 @@ unsafe fn one_by_two(
             b1 = inout(reg) b_next => _,
             chunks = inout(reg) chunks => _,
             row = in(reg) 64usize,
+            s0 = in(reg) start[0],
+            s1 = in(reg) start[1],
+            same = in(reg) 0usize,
             c0 = in(reg) c,
             c_row = in(reg) c_row,
             out("tmm0") _, out("tmm1") _, out("tmm4") _, out("tmm6") _, out("tmm7") _,

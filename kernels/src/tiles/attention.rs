@@ -9,14 +9,14 @@
 
 use multiversion::multiversion;
 
-use super::{DEPTH, Packed, TILE, WIDE, in_tiles, multiply, writable};
+use super::{DEPTH, Lines, Packed, TILE, WIDE, in_tiles, multiply, writable};
 use crate::ShapeError;
 use crate::elementwise::{exp, lanes};
 
 /// Every token attends to every token, head by head, on the tiles: `qkv` holds
 /// each of `n` tokens' query, key and value one after another (`n × 3d`); the
 /// result is `n × d`. Heads must be a multiple of 32 wide (BERT's are 32 or 64).
-pub fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Result<Vec<f32>, ShapeError> {
+pub fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Result<Lines<f32>, ShapeError> {
     if heads == 0 || !d.is_multiple_of(heads) || !(d / heads).is_multiple_of(DEPTH) || n == 0 {
         return Err(ShapeError::Heads);
     }
@@ -25,9 +25,12 @@ pub fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Result<Vec<f3
     let scale = 1.0 / (size as f32).sqrt();
     let rows = n.next_multiple_of(TILE);
     let keys = n.next_multiple_of(WIDE);
-    let mut out = vec![0f32; rows * d];
-    let mut scores = vec![0f32; rows * keys];
+    let mut out = Lines::zeroed(rows * d);
+    let mut scores = Lines::zeroed(rows * keys);
     let mut sums = vec![0f32; n];
+    // One buffer of weights for every head: each writes all its rows (the
+    // padding rows stay zeros).
+    let mut weights = Lines::zeroed(rows * keys);
     for h in 0..heads {
         let at = h * size;
         let part = |token: usize, which: usize| &qkv[token * 3 * d + which * d + at..][..size];
@@ -38,17 +41,27 @@ pub fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Result<Vec<f3
             &queries,
             rows,
             &keys_t,
+            None,
             unsafe { writable(&mut scores) },
             keys,
             0,
         )?;
-        let weights = exponentials(&scores, n, keys, rows, scale, &mut sums);
+        exponentials(
+            &scores,
+            n,
+            keys,
+            scale,
+            &mut sums,
+            super::fast(),
+            &mut weights,
+        );
         let values = Packed::from_rows(n, size, |j| part(j, 2));
         // SAFETY: as above.
         multiply(
             &weights,
             rows,
             &values,
+            None,
             unsafe { writable(&mut out) },
             d,
             at,
@@ -64,20 +77,33 @@ pub fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Result<Vec<f3
 
 /// `e^((score − the row's largest) × scale)` for the first `n` scores of each
 /// of the first `n` rows (`keys` wide), in bf16 and in tiles (`in_tiles`'s
-/// layout, `rows × keys`), the padding zero; each row's sum into `sums`.
+/// layout) into those rows of `a`, zeros past `n` in each; each row's sum into
+/// `sums`. Where `fast`, on `simd.rs`'s instructions.
 // Indexing by lane is what keeps each lane in its own register.
 #[allow(clippy::needless_range_loop)]
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn exponentials(
+pub(super) fn exponentials(
     scores: &[f32],
     n: usize,
     keys: usize,
-    rows: usize,
     scale: f32,
     sums: &mut [f32],
-) -> Vec<u16> {
+    fast: bool,
+    a: &mut [u16],
+) {
     let chunks = keys / DEPTH;
-    let mut a = vec![0u16; rows * keys];
+    #[cfg(target_arch = "x86_64")]
+    if fast {
+        for (i, (row, sum)) in scores.chunks_exact(keys).zip(sums.iter_mut()).enumerate() {
+            let tile_row = (i / TILE) * chunks * TILE * DEPTH + (i % TILE) * DEPTH;
+            let dest = &mut a[tile_row..][..(chunks - 1) * TILE * DEPTH + DEPTH];
+            // SAFETY: the CPU has the instructions; `row` holds `keys` scores
+            // (a multiple of 32, at least `n`), and `dest` reaches the row's
+            // last tile row.
+            *sum = unsafe { super::simd::weights(row.as_ptr(), n, keys, scale, dest.as_mut_ptr()) };
+        }
+        return;
+    }
     for (i, (row, sum)) in scores.chunks_exact(keys).zip(sums.iter_mut()).enumerate() {
         let top = lanes(&row[..n], f32::MIN, f32::max);
         let tile_row = (i / TILE) * chunks * TILE * DEPTH + (i % TILE) * DEPTH;
@@ -109,5 +135,4 @@ fn exponentials(
         }
         *sum = acc.iter().sum();
     }
-    a
 }

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 
 use anyhow::Context;
 use candle_core::{Device, Tensor};
-use deskbell_kernels::tiles::{self, Bf16Matrix};
+use deskbell_kernels::tiles::{self, Bf16Matrix, Lines};
 use deskbell_kernels::{Q8Matrix, Q8Wide, Q8Widened, elementwise};
 
 /// Without either 8-bit product (VNNI's, AVX2's widened one), texts up to
@@ -280,16 +280,16 @@ impl Short {
             let tiled = tiles::available().then(|| tiles::attention(&qkv, n, d, self.heads));
             match tiled {
                 Some(Ok(context)) => context,
-                _ => super::long::attention(&qkv, n, d, self.heads)?,
+                _ => Lines::from(&super::long::attention(&qkv, n, d, self.heads)?[..]),
             }
         };
         let attended = apply(&layer.out, &context, n)?;
-        x.iter_mut().zip(&attended).for_each(|(a, b)| *a += b);
+        x.iter_mut().zip(attended.iter()).for_each(|(a, b)| *a += b);
         layer_norm(x, &layer.norm1);
         let mut up = apply(&layer.up, x, n)?;
         elementwise::gelu(&mut up);
         let down = apply(&layer.down, &up, n)?;
-        x.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
+        x.iter_mut().zip(down.iter()).for_each(|(a, b)| *a += b);
         layer_norm(x, &layer.norm2);
         Ok(())
     }
@@ -322,7 +322,9 @@ fn int8_wanted() -> bool {
     *WANTED.get_or_init(|| !std::env::var("DESKBELL_EMBED_INT8").is_ok_and(|v| v == "off"))
 }
 
-fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
+/// The layer's outputs for `n` tokens, on cache lines (`Lines`) since the
+/// tiles load and store them fastest there.
+fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Lines<f32>> {
     if let (true, Some(tiles)) = (n > SHORT_TOKENS, &dense.tiles) {
         // As attention does, a product the tiles refuse is left to the others.
         if let Ok(out) = tiles.product(x, n, &dense.bias) {
@@ -330,10 +332,12 @@ fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Vec<f32>> {
         }
     }
     if n > SHORT_TOKENS && !dense.weight.all_tokens() {
-        return super::long::linear(&dense.full, &dense.bias, x, n);
+        return Ok(Lines::from(
+            &super::long::linear(&dense.full, &dense.bias, x, n)?[..],
+        ));
     }
     let rows = dense.weight.rows();
-    let mut out = vec![0f32; n * rows];
+    let mut out = Lines::zeroed(n * rows);
     dense.weight.product(x, n, &mut out)?;
     add_bias(&mut out, &dense.bias);
     Ok(out)
@@ -348,10 +352,10 @@ fn add_bias(out: &mut [f32], bias: &[f32]) {
 
 /// Every token attends to every token, head by head; `qkv` holds each token's
 /// query, key and value one after another.
-pub(super) fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Vec<f32> {
+pub(super) fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Lines<f32> {
     let size = d / heads;
     let scale = 1.0 / (size as f32).sqrt();
-    let mut out = vec![0f32; n * d];
+    let mut out = Lines::zeroed(n * d);
     let mut weights = vec![0f32; n];
     for h in 0..heads {
         for i in 0..n {
