@@ -1,8 +1,8 @@
 //! BERT's GELU in AVX-512 intrinsics, for `elementwise::gelu`: the error
 //! function's `1 / (1 + p|x|)` as the reciprocal's estimate and one Newton
-//! step, where `vdivps` was half of the plain pass's time (a passage's GELU
-//! was a tenth of its time on the tiles: BENCHMARKS.md, "Tiles on a cache
-//! line"), and `e^(−x²)` as a power of two by `vscalefps`.
+//! step rather than `vdivps`, the slowest instruction of the plain pass (a
+//! passage's GELU was a tenth of its time on the tiles: BENCHMARKS.md, "Tiles
+//! on a cache line"), and `e^(−x²)` as a power of two by `vscalefps`.
 //!
 //! The same formula as the plain pass (Abramowitz and Stegun 7.1.26), so the
 //! results differ from it only in the last bits of f32

@@ -84,12 +84,14 @@ pub(crate) fn bf16(x: f32) -> u16 {
 /// tile of sixteen rows of 64 bytes, so that every tile load reads one stretch
 /// of memory. Zeros pad to `rows × k` (multiples of 16 and 32).
 fn in_tiles(x: &[f32], n: usize, stride: usize, used: usize, rows: usize, k: usize) -> Lines<u16> {
-    in_tiles_with(x, n, stride, used, rows, k, fast())
+    in_tiles_with(x, n, stride, used, rows, k, fast_here())
 }
 
 /// Whether the passes around the tiles take AVX-512's bf16 instructions
-/// (`simd.rs`); the plain Rust below gives the same values bit for bit.
-fn fast() -> bool {
+/// (`simd.rs`); the plain Rust below gives the same values bit for bit. Each
+/// pass that takes a `fast` switch checks it against this again, so that no
+/// caller can run the instructions where the CPU lacks them.
+fn fast_here() -> bool {
     #[cfg(target_arch = "x86_64")]
     return simd::here();
     #[cfg(not(target_arch = "x86_64"))]
@@ -107,6 +109,12 @@ fn in_tiles_with(
     k: usize,
     fast: bool,
 ) -> Lines<u16> {
+    // The raw writes below stay within `rows × k` only for these shapes.
+    assert!(
+        n <= rows && rows.is_multiple_of(TILE) && k.is_multiple_of(DEPTH) && used <= k,
+        "rows in tiles of a shape they cannot take"
+    );
+    let fast = fast && fast_here();
     let chunks = k / DEPTH;
     let at = |i: usize, c: usize| ((i / TILE) * chunks + c) * TILE * DEPTH + (i % TILE) * DEPTH;
     // Writes the `n` rows' values through `a`, which holds `rows × k`.
@@ -154,7 +162,8 @@ fn in_tiles_with(
 ///
 /// # Safety
 ///
-/// `out` has room for `values.len()` values.
+/// `out` has room for `values.len()` values, and `fast` is set only where
+/// `simd::here()`.
 #[inline(always)]
 unsafe fn rounded(values: &[f32], out: *mut u16, fast: bool) {
     #[cfg(target_arch = "x86_64")]
@@ -203,7 +212,7 @@ impl Packed {
     /// `n` columns of `k` values each, column `j` being `column(j)`: a weight
     /// matrix's rows, or attention's keys.
     fn from_columns<'a>(k: usize, n: usize, column: impl Fn(usize) -> &'a [f32]) -> Packed {
-        Packed::from_columns_with(k, n, column, fast())
+        Packed::from_columns_with(k, n, column, fast_here())
     }
 
     /// [`Packed::from_columns`], with the instructions of `simd.rs` where `fast`.
@@ -215,7 +224,7 @@ impl Packed {
     ) -> Packed {
         let mut packed = Packed::zeros(k, n);
         #[cfg(target_arch = "x86_64")]
-        if k.is_multiple_of(DEPTH) && fast {
+        if k.is_multiple_of(DEPTH) && fast && fast_here() {
             for j in 0..n {
                 let tile = (j / TILE) * packed.k * TILE;
                 for (c, values) in column(j)[..k].chunks_exact(DEPTH).enumerate() {
@@ -242,7 +251,7 @@ impl Packed {
 
     /// `k` rows of `n` values each, row `i` being `row(i)`: attention's values.
     fn from_rows<'a>(k: usize, n: usize, row: impl Fn(usize) -> &'a [f32]) -> Packed {
-        Packed::from_rows_with(k, n, row, fast())
+        Packed::from_rows_with(k, n, row, fast_here())
     }
 
     /// [`Packed::from_rows`], with the instructions of `simd.rs` where `fast`.
@@ -255,7 +264,7 @@ impl Packed {
         let mut packed = Packed::zeros(k, n);
         let group = packed.k * TILE;
         #[cfg(target_arch = "x86_64")]
-        if n.is_multiple_of(WIDE) && fast {
+        if n.is_multiple_of(WIDE) && fast && fast_here() {
             // A token past the last pairs with zeros, as the padding does.
             let zeros = vec![0f32; n];
             for i in (0..k).step_by(2) {

@@ -34,22 +34,26 @@ proptest! {
     /// size.
     #[test]
     fn the_tile_product_is_the_product_of_the_rounded_values(
-        (rows, cols, tokens, w, x) in (1usize..4, 1usize..5, 1usize..70)
+        (rows, cols, tokens, w, x, bias) in (1usize..4, 1usize..5, 1usize..70)
             .prop_flat_map(|(groups, chunks, tokens)| {
                 let (rows, cols) = (groups * 32, chunks * 32);
-                (Just(rows), Just(cols), Just(tokens), values(rows * cols), values(tokens * cols))
+                let bias = prop_oneof![Just(Vec::new()), values(rows)];
+                (Just(rows), Just(cols), Just(tokens), values(rows * cols), values(tokens * cols), bias)
             })
     ) {
         if !tiles_here() {
             return Ok(());
         }
         let m = Bf16Matrix::pack(rows, cols, &w).unwrap();
-        let out = m.product(&x, tokens, &[]).unwrap();
+        // Each output's own bias (or none): the sums start from it, so a
+        // column or a tile of sums given another's shows.
+        let out = m.product(&x, tokens, &bias).unwrap();
         prop_assert_eq!(out.len(), tokens * rows);
         for t in 0..tokens {
             for r in 0..rows {
                 let terms = (0..cols).map(|k| widen(bf16(x[t * cols + k])) * widen(bf16(w[r * cols + k])));
-                let (exact, size) = terms.fold((0.0, 0.0), |(s, a), v| (s + v, a + v.abs()));
+                let start = bias.get(r).map_or(0.0, |b| f64::from(*b));
+                let (exact, size) = terms.fold((start, start.abs()), |(s, a), v| (s + v, a + v.abs()));
                 let ours = f64::from(out[t * rows + r]);
                 prop_assert!((ours - exact).abs() <= 1e-5 * size + 1e-9, "token {t} row {r}: {ours} against {exact}");
             }

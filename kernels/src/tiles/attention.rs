@@ -52,7 +52,7 @@ pub fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Result<Lines<
             keys,
             scale,
             &mut sums,
-            super::fast(),
+            super::fast_here(),
             &mut weights,
         );
         let values = Packed::from_rows(n, size, |j| part(j, 2));
@@ -91,9 +91,14 @@ pub(super) fn exponentials(
     fast: bool,
     a: &mut [u16],
 ) {
+    // The instructions' loads and stores stay within a row only for these.
+    assert!(
+        keys.is_multiple_of(WIDE) && n <= keys,
+        "weights of a shape the tiles cannot take"
+    );
     let chunks = keys / DEPTH;
     #[cfg(target_arch = "x86_64")]
-    if fast {
+    if fast && super::simd::here() {
         for (i, (row, sum)) in scores.chunks_exact(keys).zip(sums.iter_mut()).enumerate() {
             let tile_row = (i / TILE) * chunks * TILE * DEPTH + (i % TILE) * DEPTH;
             let dest = &mut a[tile_row..][..(chunks - 1) * TILE * DEPTH + DEPTH];

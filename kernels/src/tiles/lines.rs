@@ -5,7 +5,7 @@
 //! the allocator's large blocks do, every row of every load spans two lines:
 //! on 2026-12-07's Xeon a 256-token product then ran at 358 billion
 //! multiply-adds a second against 838 from buffers on a line, and a store's
-//! rows cost a fifth more (BENCHMARKS.md, "Tiles on a cache line"). A `Vec`
+//! rows cost a third more (BENCHMARKS.md, "Tiles on a cache line"). A `Vec`
 //! of `u16` or `f32` promises only its element's alignment, so these are
 //! vectors of whole lines seen as their values.
 
@@ -31,7 +31,7 @@ unsafe impl Plain for u16 {}
 unsafe impl Plain for f32 {}
 
 /// `len` values of `T` from the start of a cache line; the last line's rest
-/// is zeros or values past `len`, never read through the slice.
+/// (zeros, or unwritten bytes after `written`) is never read through the slice.
 pub struct Lines<T: Plain> {
     lines: Vec<Line>,
     len: usize,
@@ -53,7 +53,8 @@ impl<T: Plain> Lines<T> {
     }
 
     /// `len` values written by `fill`, which must write every one of them
-    /// (a product's stores do; zeroing first was a tenth of a passage).
+    /// (a product's stores do; zeroing buffers first was a twentieth of a
+    /// passage).
     ///
     /// # Safety
     ///
@@ -111,15 +112,6 @@ impl<'a, T: Plain> IntoIterator for &'a Lines<T> {
 
     fn into_iter(self) -> Self::IntoIter {
         self.iter()
-    }
-}
-
-/// A copy on lines, for products that made their values elsewhere.
-impl<T: Plain> From<&[T]> for Lines<T> {
-    fn from(values: &[T]) -> Lines<T> {
-        let mut lines = Lines::zeroed(values.len());
-        lines.copy_from_slice(values);
-        lines
     }
 }
 

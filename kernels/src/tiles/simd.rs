@@ -6,9 +6,12 @@
 //! time than the tiles' products (BENCHMARKS.md, "Tiles on a cache line").
 //!
 //! Each function gives what its plain counterpart gives, rounded the same way
-//! (to nearest, ties to even; not a number stays one), except the
-//! exponentials, whose polynomial differs in the last bits of f32 before
-//! rounding to bf16 (`tests/tiles.rs` checks attention against f64).
+//! (to nearest, ties to even; not a number stays one; a number too small to be
+//! normal becomes zero), except attention's weights: their polynomial differs
+//! in the last bits of f32 before rounding to bf16, their sums are added in
+//! another order, and a score that is not a number may spoil its whole row
+//! rather than its own weight (the context is not a number either way).
+//! `tiles/tests.rs` checks each against the plain pass.
 
 use std::arch::x86_64::*;
 use std::sync::OnceLock;

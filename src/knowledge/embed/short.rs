@@ -272,18 +272,26 @@ impl Short {
     fn layer(&self, layer: &Layer, x: &mut [f32], n: usize) -> anyhow::Result<()> {
         let d = self.dim;
         let qkv = apply(&layer.qkv, x, n)?;
-        let context = if n <= SHORT_TOKENS {
-            attention(&qkv, n, d, self.heads)
+        // Whichever way the context is made, it is read in place.
+        let (tiled, plain);
+        let context: &[f32] = if n <= SHORT_TOKENS {
+            plain = attention(&qkv, n, d, self.heads);
+            &plain
         } else {
             // The tiles where the CPU has them; heads they do not take (not
             // a multiple of 32 wide) go to the GEMM, as everywhere else.
-            let tiled = tiles::available().then(|| tiles::attention(&qkv, n, d, self.heads));
-            match tiled {
-                Some(Ok(context)) => context,
-                _ => Lines::from(&super::long::attention(&qkv, n, d, self.heads)?[..]),
+            match tiles::available().then(|| tiles::attention(&qkv, n, d, self.heads)) {
+                Some(Ok(context)) => {
+                    tiled = context;
+                    &tiled
+                }
+                _ => {
+                    plain = super::long::attention(&qkv, n, d, self.heads)?;
+                    &plain
+                }
             }
         };
-        let attended = apply(&layer.out, &context, n)?;
+        let attended = apply(&layer.out, context, n)?;
         x.iter_mut().zip(attended.iter()).for_each(|(a, b)| *a += b);
         layer_norm(x, &layer.norm1);
         let mut up = apply(&layer.up, x, n)?;
@@ -322,25 +330,54 @@ fn int8_wanted() -> bool {
     *WANTED.get_or_init(|| !std::env::var("DESKBELL_EMBED_INT8").is_ok_and(|v| v == "off"))
 }
 
-/// The layer's outputs for `n` tokens, on cache lines (`Lines`) since the
-/// tiles load and store them fastest there.
-fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Lines<f32>> {
+/// A layer's outputs: on cache lines (`Lines`) where the tiles made them,
+/// since they store fastest there, otherwise as the other products give them.
+enum Floats {
+    Lines(Lines<f32>),
+    Vec(Vec<f32>),
+}
+
+impl std::ops::Deref for Floats {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        match self {
+            Floats::Lines(lines) => lines,
+            Floats::Vec(values) => values,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Floats {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        match self {
+            Floats::Lines(lines) => lines,
+            Floats::Vec(values) => values,
+        }
+    }
+}
+
+/// The layer's outputs for `n` tokens.
+fn apply(dense: &Dense, x: &[f32], n: usize) -> anyhow::Result<Floats> {
     if let (true, Some(tiles)) = (n > SHORT_TOKENS, &dense.tiles) {
         // As attention does, a product the tiles refuse is left to the others.
         if let Ok(out) = tiles.product(x, n, &dense.bias) {
-            return Ok(out);
+            return Ok(Floats::Lines(out));
         }
     }
     if n > SHORT_TOKENS && !dense.weight.all_tokens() {
-        return Ok(Lines::from(
-            &super::long::linear(&dense.full, &dense.bias, x, n)?[..],
-        ));
+        return Ok(Floats::Vec(super::long::linear(
+            &dense.full,
+            &dense.bias,
+            x,
+            n,
+        )?));
     }
     let rows = dense.weight.rows();
-    let mut out = Lines::zeroed(n * rows);
+    let mut out = vec![0f32; n * rows];
     dense.weight.product(x, n, &mut out)?;
     add_bias(&mut out, &dense.bias);
-    Ok(out)
+    Ok(Floats::Vec(out))
 }
 
 /// Each token's outputs (`bias.len()` of them) plus the bias.
@@ -352,10 +389,10 @@ fn add_bias(out: &mut [f32], bias: &[f32]) {
 
 /// Every token attends to every token, head by head; `qkv` holds each token's
 /// query, key and value one after another.
-pub(super) fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Lines<f32> {
+pub(super) fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Vec<f32> {
     let size = d / heads;
     let scale = 1.0 / (size as f32).sqrt();
-    let mut out = Lines::zeroed(n * d);
+    let mut out = vec![0f32; n * d];
     let mut weights = vec![0f32; n];
     for h in 0..heads {
         for i in 0..n {
