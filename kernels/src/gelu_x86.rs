@@ -9,14 +9,13 @@
 //! (`elementwise::tests` checks both against the error function in f64).
 
 use std::arch::x86_64::*;
-use std::sync::OnceLock;
 
 use crate::pow2_x86::pow2;
 
-/// Whether this CPU has AVX-512 (checked once).
+/// Whether this CPU has AVX-512 (the standard library caches what it
+/// detects).
 pub(crate) fn here() -> bool {
-    static HERE: OnceLock<bool> = OnceLock::new();
-    *HERE.get_or_init(|| is_x86_feature_detected!("avx512f"))
+    is_x86_feature_detected!("avx512f")
 }
 
 /// `x Φ(x)` for every value, in place.

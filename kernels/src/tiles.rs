@@ -79,12 +79,12 @@ pub(crate) fn bf16(x: f32) -> u16 {
     }
 }
 
-/// `n` rows of `used` values (row `i` at `x[i * stride..]`) in bf16, in the
+/// `n` rows of `k` values (row `i` at `x[i * stride..]`) in bf16, in the
 /// order the tiles load them: for each sixteen rows and each 32 columns, a 1 KB
 /// tile of sixteen rows of 64 bytes, so that every tile load reads one stretch
 /// of memory. Zeros pad to `rows × k` (multiples of 16 and 32).
-fn in_tiles(x: &[f32], n: usize, stride: usize, used: usize, rows: usize, k: usize) -> Lines<u16> {
-    in_tiles_with(x, n, stride, used, rows, k, fast_here())
+fn in_tiles(x: &[f32], n: usize, stride: usize, rows: usize, k: usize) -> Lines<u16> {
+    in_tiles_with(x, n, stride, rows, k, fast_here())
 }
 
 /// Whether the passes around the tiles take AVX-512's bf16 instructions
@@ -104,14 +104,13 @@ fn in_tiles_with(
     x: &[f32],
     n: usize,
     stride: usize,
-    used: usize,
     rows: usize,
     k: usize,
     fast: bool,
 ) -> Lines<u16> {
     // The raw writes below stay within `rows × k` only for these shapes.
     assert!(
-        n <= rows && rows.is_multiple_of(TILE) && k.is_multiple_of(DEPTH) && used <= k,
+        n <= rows && rows.is_multiple_of(TILE) && k.is_multiple_of(DEPTH),
         "rows in tiles of a shape they cannot take"
     );
     let fast = fast && fast_here();
@@ -120,17 +119,12 @@ fn in_tiles_with(
     // Writes the `n` rows' values through `a`, which holds `rows × k`.
     let fill = |a: *mut u16| {
         for i in 0..n {
-            for (c, values) in x[i * stride..][..used].chunks(DEPTH).enumerate() {
+            for (c, values) in x[i * stride..][..k].chunks_exact(DEPTH).enumerate() {
                 // SAFETY: chunk `c` of row `i` < `n` ≤ `rows` is within `rows × k`.
                 unsafe { rounded(values, a.add(at(i, c)), fast) };
             }
         }
     };
-    if used != k {
-        let mut a = Lines::zeroed(rows * k);
-        fill(a.as_mut_ptr());
-        return a;
-    }
     // Zeros for the padding rows past `n`.
     let pad = |a: *mut u16| {
         for i in n..rows {
@@ -158,16 +152,16 @@ fn in_tiles_with(
     }
 }
 
-/// `values` (at most 32) rounded to bf16 into `out`.
+/// 32 values rounded to bf16 into `out`.
 ///
 /// # Safety
 ///
-/// `out` has room for `values.len()` values, and `fast` is set only where
-/// `simd::here()`.
+/// `values` holds 32 values and `out` room for them, and `fast` is set only
+/// where `simd::here()`.
 #[inline(always)]
 unsafe fn rounded(values: &[f32], out: *mut u16, fast: bool) {
     #[cfg(target_arch = "x86_64")]
-    if values.len() == DEPTH && fast {
+    if fast {
         // SAFETY: `fast` only where the CPU has the instructions; 32 values
         // each way.
         unsafe { simd::row(values.as_ptr(), out) };
@@ -265,8 +259,13 @@ impl Packed {
         let group = packed.k * TILE;
         #[cfg(target_arch = "x86_64")]
         if n.is_multiple_of(WIDE) && fast && fast_here() {
-            // A token past the last pairs with zeros, as the padding does.
-            let zeros = vec![0f32; n];
+            // A token past the last (`k` odd) pairs with zeros, as the
+            // padding does.
+            let zeros = if k % 2 == 1 {
+                vec![0f32; n]
+            } else {
+                Vec::new()
+            };
             for i in (0..k).step_by(2) {
                 let at = Packed::row_at(i);
                 let second = if i + 1 < k { row(i + 1) } else { &zeros[..] };
@@ -349,7 +348,7 @@ impl Bf16Matrix {
             return Ok(Lines::zeroed(0));
         }
         let padded = tokens.next_multiple_of(TILE);
-        let a = in_tiles(x, tokens, self.cols, self.cols, padded, self.cols);
+        let a = in_tiles(x, tokens, self.cols, padded, self.cols);
         // Not zeroed first: the tiles write every value (a tenth of a
         // passage's time went to zeroing buffers).
         // SAFETY: when `multiply` succeeds the tiles wrote all `padded` rows of

@@ -120,6 +120,11 @@ fn bf16_rounds_to_nearest_even_and_keeps_the_specials() {
         0x7F80,
         "the largest f32 rounds up to infinity"
     );
+    // A number too small to be normal is zero of its sign, as the
+    // instruction that rounds 32 at once gives.
+    assert_eq!(bf16(1e-40), 0x0000);
+    assert_eq!(bf16(-1e-40), 0x8000);
+    assert_eq!(bf16(f32::MIN_POSITIVE), 0x0080);
     assert!(widen(bf16(f32::NAN)).is_nan());
     assert!(widen(bf16(-f32::NAN)).is_nan());
 }

@@ -11,8 +11,10 @@ use crate::int8::amx::{TileConfig, release};
 static CONFIG: TileConfig = TileConfig::new(&[(64, 16); 8]);
 
 /// Sums start from these where a product has no bias: one tile row of zeros,
-/// loaded into every row (a stride of 0).
-static ZEROS: [f32; TILE] = [0.0; TILE];
+/// loaded into every row (a stride of 0), on a cache line as the rest.
+#[repr(C, align(64))]
+struct Zeros([f32; TILE]);
+static ZEROS: Zeros = Zeros([0.0; TILE]);
 
 /// `out[i * stride + j]` = row `i` of `a` · column `j` of `packed` +
 /// `bias[j]` (none where `bias` is `None`).
@@ -48,7 +50,7 @@ pub(super) unsafe fn tiles(
         // so that no pass over the output adds it afterwards.
         let start = match bias {
             Some(bias) => [bias[col..].as_ptr(), bias[col + TILE..].as_ptr()],
-            None => [ZEROS.as_ptr(); 2],
+            None => [ZEROS.0.as_ptr(); 2],
         };
         let mut row = 0;
         while row < rows {

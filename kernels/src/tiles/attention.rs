@@ -34,7 +34,7 @@ pub fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Result<Lines<
     for h in 0..heads {
         let at = h * size;
         let part = |token: usize, which: usize| &qkv[token * 3 * d + which * d + at..][..size];
-        let queries = in_tiles(&qkv[at..], n, 3 * d, size, rows, size);
+        let queries = in_tiles(&qkv[at..], n, 3 * d, rows, size);
         let keys_t = Packed::from_columns(size, n, |j| part(j, 1));
         // SAFETY: the tiles write f32 sums only.
         multiply(

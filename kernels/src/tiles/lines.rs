@@ -106,15 +106,6 @@ impl<T: Plain> DerefMut for Lines<T> {
     }
 }
 
-impl<'a, T: Plain> IntoIterator for &'a Lines<T> {
-    type Item = &'a T;
-    type IntoIter = std::slice::Iter<'a, T>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
-    }
-}
-
 impl<T: Plain> Clone for Lines<T> {
     fn clone(&self) -> Lines<T> {
         Lines {

@@ -1,9 +1,10 @@
 //! The passes around the tiles in AVX-512 with its bf16 instructions, which
 //! every CPU with AMX-BF16 has: rounding to bf16 is `vcvtne2ps2bf16`, 32
-//! values an instruction, where the plain Rust of `tiles.rs` took a dozen
-//! instructions a value, and attention's exponentials are powers of two by
-//! `vscalefps`. On 2026-12-07's Xeon these passes took more of a passage's
-//! time than the tiles' products (BENCHMARKS.md, "Tiles on a cache line").
+//! values an instruction, where the plain Rust of `tiles.rs` rounds value by
+//! value, and attention's exponentials are powers of two by `vscalefps`. On
+//! 2026-12-07's Xeon these passes (attention's exponentials and packing,
+//! rounding tokens) took about a third of a passage's time, the products 45 %
+//! (BENCHMARKS.md, "Tiles on a cache line").
 //!
 //! Each function gives what its plain counterpart gives, rounded the same way
 //! (to nearest, ties to even; not a number stays one; a number too small to be
@@ -14,18 +15,15 @@
 //! `tiles/tests.rs` checks each against the plain pass.
 
 use std::arch::x86_64::*;
-use std::sync::OnceLock;
 
 use super::{DEPTH, TILE};
 
-/// Whether this CPU has the instructions here (checked once).
+/// Whether this CPU has the instructions here (the standard library caches
+/// what it detects).
 pub(super) fn here() -> bool {
-    static HERE: OnceLock<bool> = OnceLock::new();
-    *HERE.get_or_init(|| {
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512bf16")
-    })
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512bf16")
 }
 
 /// Thirty-two values in bf16, in order: one tile row.

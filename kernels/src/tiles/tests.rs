@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::attention::exponentials;
-use super::{DEPTH, Packed, TILE, in_tiles_with, simd};
+use super::{DEPTH, Lines, Packed, TILE, in_tiles_with, simd};
 
 /// Whether the instructions are here; the tests say so when they cannot run.
 fn here() -> bool {
@@ -63,8 +63,8 @@ proptest! {
         // A buffer of the same size filled and freed first, which the
         // allocator is likely to hand out again: padding left unwritten shows.
         drop(std::hint::black_box(vec![u16::MAX; rows * k + 32]));
-        let fast = in_tiles_with(&x, n, k, k, rows, k, true);
-        let plain = in_tiles_with(&x, n, k, k, rows, k, false);
+        let fast = in_tiles_with(&x, n, k, rows, k, true);
+        let plain = in_tiles_with(&x, n, k, rows, k, false);
         prop_assert_eq!(&*fast, &*plain);
         // The padding rows (the last group's past `n`) are zeros.
         let last = (rows / TILE - 1) * chunks * TILE * DEPTH;
@@ -163,4 +163,37 @@ fn a_score_that_is_not_a_number_spoils_its_row_on_both_paths() {
         assert!(sums[0].is_finite() && sums[2].is_finite(), "fast: {fast}");
         assert!(sums[1].is_nan(), "fast: {fast}");
     }
+}
+
+/// What the tiles load and store begins on a cache line, whatever its size
+/// and however it was made: a row 16 bytes past a line spans two, and the
+/// tiles ran at less than half their rate (BENCHMARKS.md, "Tiles on a cache
+/// line").
+#[test]
+fn every_buffer_the_tiles_touch_begins_on_a_cache_line() {
+    let on_a_line = |p: *const u16| (p as usize).is_multiple_of(64);
+    for len in [1, 31, 32, 33, 1000, 100_000, 1 << 20] {
+        let zeroed: Lines<u16> = Lines::zeroed(len);
+        // SAFETY: every value is written.
+        let written = unsafe {
+            Lines::<f32>::written(len, |out| {
+                out.iter_mut().for_each(|v| {
+                    v.write(1.0);
+                });
+                Ok::<(), ()>(())
+            })
+        }
+        .unwrap();
+        assert!(on_a_line(zeroed.as_ptr()), "{len} zeros");
+        assert!(on_a_line(zeroed.clone().as_ptr()), "{len} zeros cloned");
+        assert!(
+            (written.as_ptr() as usize).is_multiple_of(64),
+            "{len} written"
+        );
+        assert!(written.iter().all(|v| *v == 1.0));
+    }
+    let x = vec![0.5f32; 40 * 64];
+    assert!(on_a_line(in_tiles_with(&x, 40, 64, 48, 64, false).as_ptr()));
+    let packed = Packed::from_columns_with(64, 40, |j| &x[j * 64..][..64], false);
+    assert!(on_a_line(packed.tiles.as_ptr()));
 }

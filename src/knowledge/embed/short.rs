@@ -272,26 +272,17 @@ impl Short {
     fn layer(&self, layer: &Layer, x: &mut [f32], n: usize) -> anyhow::Result<()> {
         let d = self.dim;
         let qkv = apply(&layer.qkv, x, n)?;
-        // Whichever way the context is made, it is read in place.
-        let (tiled, plain);
-        let context: &[f32] = if n <= SHORT_TOKENS {
-            plain = attention(&qkv, n, d, self.heads);
-            &plain
+        let context = if n <= SHORT_TOKENS {
+            Floats::Vec(attention(&qkv, n, d, self.heads))
         } else {
             // The tiles where the CPU has them; heads they do not take (not
             // a multiple of 32 wide) go to the GEMM, as everywhere else.
             match tiles::available().then(|| tiles::attention(&qkv, n, d, self.heads)) {
-                Some(Ok(context)) => {
-                    tiled = context;
-                    &tiled
-                }
-                _ => {
-                    plain = super::long::attention(&qkv, n, d, self.heads)?;
-                    &plain
-                }
+                Some(Ok(context)) => Floats::Lines(context),
+                _ => Floats::Vec(super::long::attention(&qkv, n, d, self.heads)?),
             }
         };
-        let attended = apply(&layer.out, context, n)?;
+        let attended = apply(&layer.out, &context, n)?;
         x.iter_mut().zip(attended.iter()).for_each(|(a, b)| *a += b);
         layer_norm(x, &layer.norm1);
         let mut up = apply(&layer.up, x, n)?;
@@ -330,8 +321,9 @@ fn int8_wanted() -> bool {
     *WANTED.get_or_init(|| !std::env::var("DESKBELL_EMBED_INT8").is_ok_and(|v| v == "off"))
 }
 
-/// A layer's outputs: on cache lines (`Lines`) where the tiles made them,
-/// since they store fastest there, otherwise as the other products give them.
+/// A layer's outputs (or attention's): on cache lines (`Lines`) where the
+/// tiles made them, since they store fastest there, otherwise as the other
+/// products give them, read in place either way.
 enum Floats {
     Lines(Lines<f32>),
     Vec(Vec<f32>),
