@@ -19,6 +19,7 @@ mod feedback;
 pub mod ingests;
 mod installation;
 mod knowledge;
+mod marks;
 mod migrate;
 mod operators;
 mod overrides;

@@ -7,6 +7,7 @@ use sqlx::any::AnyRow;
 use crate::clock::Millis;
 use crate::states::{MessageStatus, Role};
 use crate::store::error::StoreResult;
+use crate::store::marks::Marks;
 use crate::store::{Store, state};
 use crate::wire::Usage;
 
@@ -42,40 +43,22 @@ pub(in crate::store) async fn insert_message<'e, E>(
 where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
-    insert_messages(executor, &[m]).await
+    insert_messages(executor, &[m], Marks::Numbered).await
 }
 
-/// Inserts several messages with one statement.
+/// Inserts several messages with one statement, its values written with
+/// `marks` (`Marks::Numbered` where the database is not known).
 pub(in crate::store) async fn insert_messages<'e, E>(
     executor: E,
     messages: &[&MessageRow],
+    marks: Marks,
 ) -> Result<(), sqlx::Error>
 where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
-    let values: Vec<String> = (0..messages.len())
-        .map(|i| {
-            let n = i * 12;
-            format!(
-                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                n + 1,
-                n + 2,
-                n + 3,
-                n + 4,
-                n + 5,
-                n + 6,
-                n + 7,
-                n + 8,
-                n + 9,
-                n + 10,
-                n + 11,
-                n + 12
-            )
-        })
-        .collect();
     let text = format!(
         "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved, author) VALUES {}",
-        values.join(", ")
+        marks.rows(messages.len(), 12)
     );
     // A batch's statement has as many rows as the batch has messages: kept out of
     // the connection's statement cache, which the usual one and two rows use.

@@ -17,28 +17,9 @@ use crate::states::{AuditEvent, CallStatus, MessageStatus, Reason};
 use crate::store::audit::{self, AuditRow};
 use crate::store::calls::{COLUMNS, CallRow, call};
 use crate::store::cards::close_card_message;
+use crate::store::marks::Marks;
 use crate::store::turns::{TurnEnd, TurnStart};
 use crate::store::{BudgetShare, MessageRow, Reservation, Tx, sql};
-
-/// `($1, $2, $3), ($4, $5, $6)`, for `rows` rows of `width` parameters after
-/// the first `skip` parameters.
-fn placeholders(rows: usize, width: usize, skip: usize) -> String {
-    let mut out = String::with_capacity(rows * width * 5);
-    for r in 0..rows {
-        if r > 0 {
-            out.push_str(", ");
-        }
-        out.push('(');
-        for c in 0..width {
-            if c > 0 {
-                out.push_str(", ");
-            }
-            out.push_str(&format!("${}", skip + r * width + c + 1));
-        }
-        out.push(')');
-    }
-    out
-}
 
 type Row<'a> = (&'a str, &'a str);
 
@@ -124,26 +105,32 @@ pub(in crate::store) async fn write(
     })
 }
 
+/// The statement of `settle` for `rows` ends: the rows' values first, then
+/// the site, the day and the status.
+fn settle_text(marks: Marks, rows: usize) -> String {
+    let first = rows * 4;
+    format!(
+        "WITH v (reserved, spent, message, owner) AS (VALUES {}), \
+         d AS (SELECT COALESCE(SUM(v.reserved), 0) AS reserved, COALESCE(SUM(v.spent), 0) AS spent \
+               FROM v JOIN messages m ON m.id = v.message AND m.owner = v.owner AND m.status = {status} \
+               HAVING COUNT(*) > 0) \
+         UPDATE budgets SET reserved = budgets.reserved - d.reserved, spent = budgets.spent + d.spent \
+         FROM d WHERE budgets.site = {site} AND budgets.day = {day}",
+        marks.rows(rows, 4),
+        site = Marks::after(first, 1),
+        day = Marks::after(first, 2),
+        status = Marks::after(first, 3),
+    )
+}
+
 /// Settles the reservations of the ends of one budget row whose answers are still
 /// streaming under their owner (see `budgets::settle_once`), in one statement.
 async fn settle(tx: &mut Tx<'_>, row: Row<'_>, ends: &[&TurnEnd]) -> Result<(), sqlx::Error> {
     if ends.is_empty() {
         return Ok(());
     }
-    let text = format!(
-        "WITH v (reserved, spent, message, owner) AS (VALUES {}), \
-         d AS (SELECT COALESCE(SUM(v.reserved), 0) AS reserved, COALESCE(SUM(v.spent), 0) AS spent \
-               FROM v JOIN messages m ON m.id = v.message AND m.owner = v.owner AND m.status = $3 \
-               HAVING COUNT(*) > 0) \
-         UPDATE budgets SET reserved = budgets.reserved - d.reserved, spent = budgets.spent + d.spent \
-         FROM d WHERE budgets.site = $1 AND budgets.day = $2",
-        placeholders(ends.len(), 4, 3)
-    );
-    let mut query = sqlx::query(sql(text))
-        .persistent(false)
-        .bind(row.0)
-        .bind(row.1)
-        .bind(MessageStatus::Streaming.as_str());
+    let text = settle_text(Marks::of(tx), ends.len());
+    let mut query = sqlx::query(sql(text)).persistent(false);
     for e in ends {
         let (reserved, spent) = match &e.budget {
             Some(b) => (b.reserved, crate::budget::spent(e.usage, e.unreported)),
@@ -155,6 +142,10 @@ async fn settle(tx: &mut Tx<'_>, row: Row<'_>, ends: &[&TurnEnd]) -> Result<(), 
             .bind(&e.message)
             .bind(e.owner.as_str());
     }
+    let query = query
+        .bind(row.0)
+        .bind(row.1)
+        .bind(MessageStatus::Streaming.as_str());
     query.execute(&mut **tx).await?;
     Ok(())
 }
@@ -197,6 +188,20 @@ async fn reserve(
     Ok(out)
 }
 
+/// The statement of `finish_answers` for `rows` ends: the rows' values
+/// first, then the status.
+fn finish_text(marks: Marks, rows: usize) -> String {
+    format!(
+        "WITH v (id, text, status, citations, input_tokens, output_tokens, owner) AS (VALUES {}) \
+         UPDATE messages SET text = v.text, status = v.status, citations = v.citations, \
+         input_tokens = v.input_tokens, output_tokens = v.output_tokens \
+         FROM v WHERE messages.id = v.id AND messages.owner = v.owner AND messages.status = {} \
+         RETURNING messages.id AS id",
+        marks.rows(rows, 7),
+        Marks::after(rows * 7, 1),
+    )
+}
+
 /// Saves the answers' final texts, only while each is still streaming under its
 /// fence (not after another process took it over); returns those saved.
 async fn finish_answers(
@@ -206,17 +211,8 @@ async fn finish_answers(
     if ends.is_empty() {
         return Ok(HashSet::new());
     }
-    let text = format!(
-        "WITH v (id, text, status, citations, input_tokens, output_tokens, owner) AS (VALUES {}) \
-         UPDATE messages SET text = v.text, status = v.status, citations = v.citations, \
-         input_tokens = v.input_tokens, output_tokens = v.output_tokens \
-         FROM v WHERE messages.id = v.id AND messages.owner = v.owner AND messages.status = $1 \
-         RETURNING messages.id AS id",
-        placeholders(ends.len(), 7, 1)
-    );
-    let mut query = sqlx::query(sql(text))
-        .persistent(false)
-        .bind(MessageStatus::Streaming.as_str());
+    let text = finish_text(Marks::of(tx), ends.len());
+    let mut query = sqlx::query(sql(text)).persistent(false);
     for e in ends {
         query = query
             .bind(&e.message)
@@ -227,6 +223,7 @@ async fn finish_answers(
             .bind(e.usage.output_tokens as i64)
             .bind(e.owner.as_str());
     }
+    let query = query.bind(MessageStatus::Streaming.as_str());
     let rows = query.fetch_all(&mut **tx).await?;
     rows.iter()
         .map(|r| sqlx::Row::try_get::<String, _>(r, "id"))
@@ -240,7 +237,7 @@ async fn insert_conversations(tx: &mut Tx<'_>, starts: &[&TurnStart]) -> Result<
     }
     let text = format!(
         "INSERT INTO conversations (id, site, visitor, created_at) VALUES {}",
-        placeholders(new.len(), 4, 0)
+        Marks::of(tx).rows(new.len(), 4)
     );
     let mut query = sqlx::query(sql(text)).persistent(false);
     for s in new {
@@ -252,6 +249,25 @@ async fn insert_conversations(tx: &mut Tx<'_>, starts: &[&TurnStart]) -> Result<
     }
     query.execute(&mut **tx).await?;
     Ok(())
+}
+
+/// The statement of `close_pending_cards` for `rows` conversations: the
+/// rows' values first, then the four states.
+fn close_cards_text(marks: Marks, rows: usize) -> String {
+    let first = rows * 2;
+    format!(
+        "WITH v (v_conversation, v_now) AS (VALUES {}) \
+         UPDATE calls SET \
+         reason = CASE WHEN calls.expires_at <= v.v_now THEN calls.reason ELSE {superseded} END, \
+         decided_at = CASE WHEN calls.expires_at <= v.v_now THEN calls.expires_at ELSE v.v_now END, \
+         status = CASE WHEN calls.expires_at <= v.v_now THEN {expired} ELSE {cancelled} END \
+         FROM v WHERE calls.status = {pending} AND calls.conversation = v.v_conversation RETURNING {COLUMNS}",
+        marks.rows(rows, 2),
+        expired = Marks::after(first, 1),
+        cancelled = Marks::after(first, 2),
+        superseded = Marks::after(first, 3),
+        pending = Marks::after(first, 4),
+    )
 }
 
 /// A new question in a conversation closes its pending card: expired if its time
@@ -268,24 +284,16 @@ async fn close_pending_cards(tx: &mut Tx<'_>, starts: &[&TurnStart]) -> Result<(
     if continued.is_empty() {
         return Ok(());
     }
-    let text = format!(
-        "WITH v (v_conversation, v_now) AS (VALUES {}) \
-         UPDATE calls SET \
-         reason = CASE WHEN calls.expires_at <= v.v_now THEN calls.reason ELSE $3 END, \
-         decided_at = CASE WHEN calls.expires_at <= v.v_now THEN calls.expires_at ELSE v.v_now END, \
-         status = CASE WHEN calls.expires_at <= v.v_now THEN $1 ELSE $2 END \
-         FROM v WHERE calls.status = $4 AND calls.conversation = v.v_conversation RETURNING {COLUMNS}",
-        placeholders(continued.len(), 2, 4)
-    );
-    let mut query = sqlx::query(sql(text))
-        .persistent(false)
+    let text = close_cards_text(Marks::of(tx), continued.len());
+    let mut query = sqlx::query(sql(text)).persistent(false);
+    for s in &continued {
+        query = query.bind(&s.conversation).bind(s.now);
+    }
+    let query = query
         .bind(CallStatus::Expired.as_str())
         .bind(CallStatus::Cancelled.as_str())
         .bind(Reason::Superseded.as_str())
         .bind(CallStatus::Pending.as_str());
-    for s in &continued {
-        query = query.bind(&s.conversation).bind(s.now);
-    }
     let rows = query.fetch_all(&mut **tx).await?;
     let closed: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
     for c in &closed {
@@ -320,17 +328,56 @@ async fn insert_messages(tx: &mut Tx<'_>, messages: &[&MessageRow]) -> Result<()
     if messages.is_empty() {
         return Ok(());
     }
-    crate::store::conversations::insert_messages(&mut **tx, messages).await
+    let marks = Marks::of(tx);
+    crate::store::conversations::insert_messages(&mut **tx, messages, marks).await
 }
 
 #[cfg(test)]
 mod tests {
-    use super::placeholders;
+    use super::{Marks, close_cards_text, finish_text, settle_text};
 
+    /// On SQLite a batch's statements name only their few constants, however
+    /// many rows they carry: named parameters cost SQLite and sqlx a walk of
+    /// the statement's list of names each (`marks.rs`).
     #[test]
-    fn placeholders_number_rows_after_the_skipped_parameters() {
-        assert_eq!(placeholders(2, 3, 1), "($2, $3, $4), ($5, $6, $7)");
-        assert_eq!(placeholders(1, 1, 0), "($1)");
-        assert_eq!(placeholders(0, 4, 0), "");
+    fn a_batchs_statements_on_sqlite_name_only_their_constants() {
+        for rows in [1, 7, 60] {
+            for (text, width, constants) in [
+                (settle_text(Marks::Anonymous, rows), 4, 3),
+                (finish_text(Marks::Anonymous, rows), 7, 1),
+                (close_cards_text(Marks::Anonymous, rows), 2, 4),
+            ] {
+                assert_eq!(text.matches('?').count(), rows * width, "{text}");
+                let named: std::collections::BTreeSet<&str> = text
+                    .match_indices('$')
+                    .map(|(i, _)| {
+                        let digits = text[i + 1..].find(|c: char| !c.is_ascii_digit());
+                        &text[i..i + 1 + digits.unwrap_or(text.len() - i - 1)]
+                    })
+                    .collect();
+                let expected: std::collections::BTreeSet<String> = (1..=constants)
+                    .map(|i| Marks::after(rows * width, i))
+                    .collect();
+                let named: std::collections::BTreeSet<String> =
+                    named.into_iter().map(String::from).collect();
+                assert_eq!(named, expected, "{text}");
+            }
+        }
+    }
+
+    /// On PostgreSQL the same statements number every value, the rows' first.
+    #[test]
+    fn a_batchs_statements_on_postgres_number_the_rows_first() {
+        let text = settle_text(Marks::Numbered, 2);
+        assert!(
+            text.contains("VALUES ($1, $2, $3, $4), ($5, $6, $7, $8)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("budgets.site = $9 AND budgets.day = $10"),
+            "{text}"
+        );
+        assert!(text.contains("m.status = $11"), "{text}");
+        assert!(!text.contains('?'), "{text}");
     }
 }

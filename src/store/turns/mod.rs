@@ -78,7 +78,8 @@ pub(in crate::store) async fn begin_in(
             crate::ops::metrics::confirmation(&c.site, "superseded");
         }
     }
-    insert_messages(&mut **tx, &[&t.visitor_message, &t.bubble]).await?;
+    let marks = crate::store::marks::Marks::of(tx);
+    insert_messages(&mut **tx, &[&t.visitor_message, &t.bubble], marks).await?;
     Ok(Reservation::Reserved)
 }
 

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use sqlx::Row;
 
 use super::error::StoreResult;
+use super::marks::Marks;
 use super::{Backend, Store};
 
 /// Rows read or written in one statement.
@@ -40,21 +41,28 @@ impl Vectors<'_> {
         // connection prints bytes as hex (`Store::connect_with`), so a
         // database set to the escape format reads the same.
         let postgres = self.0.backend() == Backend::Postgres;
+        let marks = if postgres {
+            Marks::Numbered
+        } else {
+            Marks::Anonymous
+        };
         let column = if postgres {
             "CAST(vector AS TEXT) AS vector"
         } else {
             "vector"
         };
         for part in chunks.chunks(PER_STATEMENT) {
-            let marks: Vec<String> = (0..part.len()).map(|i| format!("${}", i + 2)).collect();
+            // The chunks first, then the model (`marks.rs`).
             let sql = format!(
-                "SELECT chunk, {column} FROM knowledge_vectors WHERE model = $1 AND chunk IN ({})",
-                marks.join(", ")
+                "SELECT chunk, {column} FROM knowledge_vectors WHERE model = {} AND chunk IN ({})",
+                Marks::after(part.len(), 1),
+                marks.list(part.len()),
             );
-            let mut query = sqlx::query(super::sql(sql)).bind(model);
+            let mut query = sqlx::query(super::sql(sql));
             for chunk in part {
                 query = query.bind(chunk);
             }
+            let query = query.bind(model);
             for row in query.fetch_all(self.0.pool()).await? {
                 let bytes = if postgres {
                     // Text that reads as neither gives no bytes, which the

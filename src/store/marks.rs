@@ -1,0 +1,117 @@
+//! Placeholders for statements whose size grows with a batch (the group
+//! commit's rows, a list of chunks to read).
+//!
+//! SQLite keeps a statement's named parameters (`$7`) in a list and walks it
+//! by name for each one it parses (`strncmp`), and sqlx asks it each
+//! parameter's name before binding (`sqlite3_bind_parameter_name`, another
+//! walk): a statement of n named parameters costs n² steps twice. At 100
+//! streams the two were 9 % of the server's CPU (BENCHMARKS.md, "The group
+//! commit's parameters without names"). Anonymous `?` parameters are not in
+//! that list; sqlx binds them in the order they appear. PostgreSQL knows only
+//! `$n`.
+//!
+//! So a statement's many values take the first parameters, written as `?` on
+//! SQLite and `$1`, `$2`, … on PostgreSQL, and its few other values come after
+//! them as `$n` on both ([`Marks::after`]), which may then appear anywhere in
+//! the text and more than once.
+
+/// How a statement's values are written for the database it goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::store) enum Marks {
+    /// `?`, bound in the order they appear (SQLite).
+    Anonymous,
+    /// `$1`, `$2`, … (PostgreSQL; SQLite takes them too).
+    Numbered,
+}
+
+impl Marks {
+    /// The marks for the database `connection` talks to.
+    pub(in crate::store) fn of(connection: &sqlx::AnyConnection) -> Marks {
+        Marks::for_backend(connection.backend_name())
+    }
+
+    /// The marks for a backend by sqlx's name for it ("SQLite", "PostgreSQL").
+    pub(in crate::store) fn for_backend(name: &str) -> Marks {
+        if name.eq_ignore_ascii_case("sqlite") {
+            Marks::Anonymous
+        } else {
+            Marks::Numbered
+        }
+    }
+
+    /// `?, ?, ?` or `$1, $2, $3`: the statement's first `n` parameters, to be
+    /// bound first and in this order.
+    pub(in crate::store) fn list(self, n: usize) -> String {
+        let mut out = String::with_capacity(n * 4);
+        for i in 1..=n {
+            if i > 1 {
+                out.push_str(", ");
+            }
+            self.push(&mut out, i);
+        }
+        out
+    }
+
+    /// `(?, ?), (?, ?)` or `($1, $2), ($3, $4)`: `rows` rows of `width`
+    /// values, the statement's first `rows × width` parameters, row by row.
+    pub(in crate::store) fn rows(self, rows: usize, width: usize) -> String {
+        let mut out = String::with_capacity(rows * (width * 4 + 4));
+        for r in 0..rows {
+            if r > 0 {
+                out.push_str(", ");
+            }
+            out.push('(');
+            for c in 1..=width {
+                if c > 1 {
+                    out.push_str(", ");
+                }
+                self.push(&mut out, r * width + c);
+            }
+            out.push(')');
+        }
+        out
+    }
+
+    /// `$n` for the `i`th value (from 1) bound after the first `first`:
+    /// named on both databases, so it may appear anywhere and more than once.
+    pub(in crate::store) fn after(first: usize, i: usize) -> String {
+        format!("${}", first + i)
+    }
+
+    fn push(self, out: &mut String, n: usize) {
+        match self {
+            Marks::Anonymous => out.push('?'),
+            Marks::Numbered => {
+                use std::fmt::Write;
+                // Writing to a String cannot fail.
+                let _ = write!(out, "${n}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Marks;
+
+    #[test]
+    fn rows_take_the_first_parameters_row_by_row() {
+        assert_eq!(Marks::Numbered.rows(2, 3), "($1, $2, $3), ($4, $5, $6)");
+        assert_eq!(Marks::Anonymous.rows(2, 2), "(?, ?), (?, ?)");
+        assert_eq!(Marks::Numbered.rows(1, 1), "($1)");
+        assert_eq!(Marks::Anonymous.rows(0, 4), "");
+    }
+
+    #[test]
+    fn a_list_and_the_values_after_it_are_numbered_on() {
+        assert_eq!(Marks::Numbered.list(3), "$1, $2, $3");
+        assert_eq!(Marks::Anonymous.list(2), "?, ?");
+        assert_eq!(Marks::after(6, 1), "$7");
+    }
+
+    #[test]
+    fn sqlite_alone_takes_anonymous_marks() {
+        assert_eq!(Marks::for_backend("SQLite"), Marks::Anonymous);
+        assert_eq!(Marks::for_backend("PostgreSQL"), Marks::Numbered);
+    }
+}
