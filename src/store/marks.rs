@@ -5,7 +5,7 @@
 //! by name for each one it parses (`strncmp`), and sqlx asks it each
 //! parameter's name before binding (`sqlite3_bind_parameter_name`, another
 //! walk): a statement of n named parameters costs n² steps twice. At 100
-//! streams the two were 9 % of the server's CPU (BENCHMARKS.md, "The group
+//! streams the two were 9.5 % of the server's CPU (BENCHMARKS.md, "The group
 //! commit's parameters without names"). Anonymous `?` parameters are not in
 //! that list; sqlx binds them in the order they appear. PostgreSQL knows only
 //! `$n`.
@@ -103,7 +103,7 @@ mod tests {
     }
 
     #[test]
-    fn a_list_and_the_values_after_it_are_numbered_on() {
+    fn a_list_takes_the_first_parameters_and_what_comes_after_is_named() {
         assert_eq!(Marks::Numbered.list(3), "$1, $2, $3");
         assert_eq!(Marks::Anonymous.list(2), "?, ?");
         assert_eq!(Marks::after(6, 1), "$7");

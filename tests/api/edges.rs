@@ -378,7 +378,14 @@ fn a_batchs_rows_come_back_exactly_for_any_text() {
             runtime.block_on(async {
                 let mut starts = Vec::new();
                 let mut ends = Vec::new();
-                for (question, answer, citations) in &texts {
+                // Each turn its own reservation and usage, so that a value
+                // bound to another row or column shows.
+                for (i, (question, answer, citations)) in texts.iter().enumerate() {
+                    let i = i as u64;
+                    let share = BudgetShare {
+                        reserved: 100 + 10 * i as i64,
+                        ..share.clone()
+                    };
                     let conversation = deskbell::ids::new_id("c");
                     let new_message =
                         |role| crate::support::message_row(&deskbell::ids::new_id("m"), &conversation, role);
@@ -395,7 +402,7 @@ fn a_batchs_rows_come_back_exactly_for_any_text() {
                         text: answer.clone(),
                         status: MessageStatus::Answered,
                         citations: Some(citations.clone()),
-                        usage: Usage { input_tokens: 7, output_tokens: 9 },
+                        usage: Usage { input_tokens: 7 + i, output_tokens: 9 + 2 * i },
                         unreported: 0,
                         budget: Some(share.clone()),
                         owner: owner.clone(),
@@ -414,10 +421,12 @@ fn a_batchs_rows_come_back_exactly_for_any_text() {
                 let (reserved, spent) = budget(db.clone()).await;
                 let begun = store.turns().write_batch(&[], &starts).await.unwrap();
                 assert_eq!(begun, [Reservation::Reserved; 3]);
-                assert_eq!(budget(db.clone()).await, (reserved + 300, spent));
+                // 100 + 110 + 120 reserved; 16 + 19 + 22 tokens spent.
+                assert_eq!(budget(db.clone()).await, (reserved + 330, spent));
                 store.turns().write_batch(&ends, &[]).await.unwrap();
-                assert_eq!(budget(db.clone()).await, (reserved, spent + 48));
-                for ((question, answer, citations), start) in texts.iter().zip(&starts) {
+                assert_eq!(budget(db.clone()).await, (reserved, spent + 57));
+                for (i, ((question, answer, citations), start)) in texts.iter().zip(&starts).enumerate() {
+                    let i = i as i64;
                     let read = |id: &str| {
                         sqlx::query("SELECT text, status, citations, input_tokens, output_tokens FROM messages WHERE id = $1")
                             .bind(id.to_string())
@@ -431,7 +440,7 @@ fn a_batchs_rows_come_back_exactly_for_any_text() {
                     assert_eq!(row.get::<Option<String>, _>("citations").as_ref(), Some(citations));
                     assert_eq!(
                         (row.get::<i64, _>("input_tokens"), row.get::<i64, _>("output_tokens")),
-                        (7, 9)
+                        (7 + i, 9 + 2 * i)
                     );
                 }
             });

@@ -365,7 +365,9 @@ mod tests {
         }
     }
 
-    /// On PostgreSQL the same statements number every value, the rows' first.
+    /// On PostgreSQL the same statements number every value, the rows' first;
+    /// each constant sits where its function binds it (after the rows, in the
+    /// order of its `.bind` calls), on both databases.
     #[test]
     fn a_batchs_statements_on_postgres_number_the_rows_first() {
         let text = settle_text(Marks::Numbered, 2);
@@ -373,11 +375,23 @@ mod tests {
             text.contains("VALUES ($1, $2, $3, $4), ($5, $6, $7, $8)"),
             "{text}"
         );
-        assert!(
-            text.contains("budgets.site = $9 AND budgets.day = $10"),
-            "{text}"
-        );
-        assert!(text.contains("m.status = $11"), "{text}");
         assert!(!text.contains('?'), "{text}");
+        for marks in [Marks::Numbered, Marks::Anonymous] {
+            // Bound after the rows: the site, the day, the status.
+            let text = settle_text(marks, 2);
+            assert!(
+                text.contains("budgets.site = $9 AND budgets.day = $10"),
+                "{text}"
+            );
+            assert!(text.contains("m.status = $11"), "{text}");
+            // Bound after the rows: the status.
+            let text = finish_text(marks, 2);
+            assert!(text.contains("messages.status = $15"), "{text}");
+            // Bound after the rows: expired, cancelled, superseded, pending.
+            let text = close_cards_text(marks, 3);
+            assert!(text.contains("THEN $7 ELSE $8 END"), "{text}");
+            assert!(text.contains("calls.reason ELSE $9 END"), "{text}");
+            assert!(text.contains("calls.status = $10"), "{text}");
+        }
     }
 }
