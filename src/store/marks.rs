@@ -15,6 +15,8 @@
 //! them as `$n` on both ([`Marks::after`]), which may then appear anywhere in
 //! the text and more than once.
 
+use super::Backend;
+
 /// How a statement's values are written for the database it goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::store) enum Marks {
@@ -25,17 +27,13 @@ pub(in crate::store) enum Marks {
 }
 
 impl Marks {
-    /// The marks for the database `connection` talks to.
+    /// The marks for the database `connection` talks to, by sqlx's name for
+    /// it ("SQLite", "PostgreSQL").
     pub(in crate::store) fn of(connection: &sqlx::AnyConnection) -> Marks {
-        Marks::for_backend(connection.backend_name())
-    }
-
-    /// The marks for a backend by sqlx's name for it ("SQLite", "PostgreSQL").
-    pub(in crate::store) fn for_backend(name: &str) -> Marks {
-        if name.eq_ignore_ascii_case("sqlite") {
-            Marks::Anonymous
+        if connection.backend_name().eq_ignore_ascii_case("sqlite") {
+            Marks::from(Backend::Sqlite)
         } else {
-            Marks::Numbered
+            Marks::from(Backend::Postgres)
         }
     }
 
@@ -90,9 +88,18 @@ impl Marks {
     }
 }
 
+impl From<Backend> for Marks {
+    fn from(backend: Backend) -> Marks {
+        match backend {
+            Backend::Sqlite => Marks::Anonymous,
+            Backend::Postgres => Marks::Numbered,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Marks;
+    use super::{Backend, Marks};
 
     #[test]
     fn rows_take_the_first_parameters_row_by_row() {
@@ -109,9 +116,20 @@ mod tests {
         assert_eq!(Marks::after(6, 1), "$7");
     }
 
+    /// sqlx's name for a real SQLite connection is the one `Marks::of` looks
+    /// for: a rename would fall back to numbered marks, correct but slow.
+    #[tokio::test]
+    async fn a_sqlite_connection_is_known_by_its_name() {
+        use sqlx::Connection;
+        sqlx::any::install_default_drivers();
+        let connection = sqlx::AnyConnection::connect("sqlite::memory:").await;
+        let connection = connection.expect("an in-memory SQLite database opens");
+        assert_eq!(Marks::of(&connection), Marks::Anonymous);
+    }
+
     #[test]
     fn sqlite_alone_takes_anonymous_marks() {
-        assert_eq!(Marks::for_backend("SQLite"), Marks::Anonymous);
-        assert_eq!(Marks::for_backend("PostgreSQL"), Marks::Numbered);
+        assert_eq!(Marks::from(Backend::Sqlite), Marks::Anonymous);
+        assert_eq!(Marks::from(Backend::Postgres), Marks::Numbered);
     }
 }

@@ -41,11 +41,7 @@ impl Vectors<'_> {
         // connection prints bytes as hex (`Store::connect_with`), so a
         // database set to the escape format reads the same.
         let postgres = self.0.backend() == Backend::Postgres;
-        let marks = if postgres {
-            Marks::Numbered
-        } else {
-            Marks::Anonymous
-        };
+        let marks = Marks::from(self.0.backend());
         let column = if postgres {
             "CAST(vector AS TEXT) AS vector"
         } else {
