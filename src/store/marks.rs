@@ -27,16 +27,6 @@ pub(in crate::store) enum Marks {
 }
 
 impl Marks {
-    /// The marks for the database `connection` talks to, by sqlx's name for
-    /// it ("SQLite", "PostgreSQL").
-    pub(in crate::store) fn of(connection: &sqlx::AnyConnection) -> Marks {
-        if connection.backend_name().eq_ignore_ascii_case("sqlite") {
-            Marks::from(Backend::Sqlite)
-        } else {
-            Marks::from(Backend::Postgres)
-        }
-    }
-
     /// `?, ?, ?` or `$1, $2, $3`: the statement's first `n` parameters, to be
     /// bound first and in this order.
     pub(in crate::store) fn list(self, n: usize) -> String {
@@ -88,6 +78,18 @@ impl Marks {
     }
 }
 
+impl Backend {
+    /// The database `connection` talks to, by sqlx's name for it ("SQLite",
+    /// "PostgreSQL").
+    pub(in crate::store) fn of(connection: &sqlx::AnyConnection) -> Backend {
+        if connection.backend_name().eq_ignore_ascii_case("sqlite") {
+            Backend::Sqlite
+        } else {
+            Backend::Postgres
+        }
+    }
+}
+
 impl From<Backend> for Marks {
     fn from(backend: Backend) -> Marks {
         match backend {
@@ -116,15 +118,16 @@ mod tests {
         assert_eq!(Marks::after(6, 1), "$7");
     }
 
-    /// sqlx's name for a real SQLite connection is the one `Marks::of` looks
-    /// for: a rename would fall back to numbered marks, correct but slow.
+    /// sqlx's name for a real SQLite connection is the one `Backend::of`
+    /// looks for: a rename would take it for PostgreSQL, whose statements
+    /// SQLite cannot run.
     #[tokio::test]
     async fn a_sqlite_connection_is_known_by_its_name() {
         use sqlx::Connection;
         sqlx::any::install_default_drivers();
         let connection = sqlx::AnyConnection::connect("sqlite::memory:").await;
         let connection = connection.expect("an in-memory SQLite database opens");
-        assert_eq!(Marks::of(&connection), Marks::Anonymous);
+        assert_eq!(Backend::of(&connection), Backend::Sqlite);
     }
 
     #[test]

@@ -25,6 +25,7 @@ mod operators;
 mod overrides;
 mod ownership;
 mod quotas;
+mod rows;
 pub mod stored;
 mod strings;
 mod turns;

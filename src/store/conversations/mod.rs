@@ -8,7 +8,8 @@ use crate::clock::Millis;
 use crate::states::{MessageStatus, Role};
 use crate::store::error::StoreResult;
 use crate::store::marks::Marks;
-use crate::store::{Store, state};
+use crate::store::rows::{Kind, Rows, Value};
+use crate::store::{Backend, Store, state};
 use crate::wire::Usage;
 
 /// The status of an assistant message while its answer is still streaming. It is
@@ -36,6 +37,43 @@ pub struct MessageRow {
     pub author: Option<String>,
 }
 
+/// The messages table's columns a new message fills, in the order of
+/// `message_values`.
+const MESSAGE_COLUMNS: &str = "id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved, author";
+const MESSAGE_KINDS: &[Kind] = &[
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Int,
+    Kind::Text,
+    Kind::Text,
+    Kind::Int,
+    Kind::Text,
+];
+
+fn message_values(m: &MessageRow) -> [Value<'_>; 12] {
+    [
+        Value::from(&m.id),
+        Value::from(&m.conversation),
+        Value::from(&m.turn),
+        Value::from(m.role.as_str()),
+        Value::from(&m.text),
+        Value::from(m.status.as_str()),
+        Value::from(&m.citations),
+        Value::from(m.created_at),
+        Value::from(&m.owner),
+        Value::from(&m.budget_day),
+        Value::from(m.reserved),
+        Value::from(&m.author),
+    ]
+}
+
+/// Inserts one message with numbered marks, which both databases take, for
+/// callers that do not know which one they write to.
 pub(in crate::store) async fn insert_message<'e, E>(
     executor: E,
     m: &MessageRow,
@@ -43,42 +81,36 @@ pub(in crate::store) async fn insert_message<'e, E>(
 where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
-    insert_messages(executor, &[m], Marks::Numbered).await
+    let text = format!(
+        "INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES {}",
+        Marks::Numbered.rows(1, MESSAGE_KINDS.len())
+    );
+    let mut query = sqlx::query(crate::store::sql(text));
+    for value in message_values(m) {
+        query = value.bind(query);
+    }
+    query.execute(executor).await?;
+    Ok(())
 }
 
-/// Inserts several messages with one statement, its values written with
-/// `marks` (`Marks::Numbered` where the database is not known).
+/// Inserts several messages with one statement, written for `backend`
+/// (`rows.rs`).
 pub(in crate::store) async fn insert_messages<'e, E>(
     executor: E,
     messages: &[&MessageRow],
-    marks: Marks,
+    backend: Backend,
 ) -> Result<(), sqlx::Error>
 where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
-    let text = format!(
-        "INSERT INTO messages (id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved, author) VALUES {}",
-        marks.rows(messages.len(), 12)
-    );
-    // A batch's statement has as many rows as the batch has messages: kept out of
-    // the connection's statement cache, which the usual one and two rows use.
-    let mut query = sqlx::query(crate::store::sql(text)).persistent(messages.len() <= 2);
-    for m in messages {
-        query = query
-            .bind(&m.id)
-            .bind(&m.conversation)
-            .bind(&m.turn)
-            .bind(m.role.as_str())
-            .bind(&m.text)
-            .bind(m.status.as_str())
-            .bind(&m.citations)
-            .bind(m.created_at)
-            .bind(&m.owner)
-            .bind(&m.budget_day)
-            .bind(m.reserved)
-            .bind(&m.author);
-    }
-    query.execute(executor).await?;
+    let rows = Rows::new(backend, messages.len(), MESSAGE_KINDS);
+    let text = format!("INSERT INTO messages ({MESSAGE_COLUMNS}) {}", rows.table());
+    // On SQLite the text grows with the batch: kept out of the connection's
+    // statement cache but for the usual one and two rows.
+    let persistent = rows.persistent() || messages.len() <= 2;
+    let query = sqlx::query(crate::store::sql(text)).persistent(persistent);
+    let values = messages.iter().map(|m| message_values(m));
+    rows.bind(query, values).execute(executor).await?;
     Ok(())
 }
 

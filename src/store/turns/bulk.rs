@@ -18,8 +18,9 @@ use crate::store::audit::{self, AuditRow};
 use crate::store::calls::{COLUMNS, CallRow, call};
 use crate::store::cards::close_card_message;
 use crate::store::marks::Marks;
+use crate::store::rows::{Kind, Rows, Value};
 use crate::store::turns::{TurnEnd, TurnStart};
-use crate::store::{BudgetShare, MessageRow, Reservation, Tx, sql};
+use crate::store::{Backend, BudgetShare, MessageRow, Reservation, Tx, sql};
 
 type Row<'a> = (&'a str, &'a str);
 
@@ -105,21 +106,23 @@ pub(in crate::store) async fn write(
     })
 }
 
-/// The statement of `settle` for `rows` ends: the rows' values first, then
-/// the site, the day and the status.
-fn settle_text(marks: Marks, rows: usize) -> String {
-    let first = rows * 4;
+/// The columns of `settle`'s rows: reserved, spent, message, owner.
+const SETTLE: &[Kind] = &[Kind::Int, Kind::Int, Kind::Text, Kind::Text];
+
+/// The statement of `settle` for its `rows`, then the site and the day.
+fn settle_text(rows: Rows) -> String {
+    let first = rows.taken();
     format!(
-        "WITH v (reserved, spent, message, owner) AS (VALUES {}), \
+        "WITH v (reserved, spent, message, owner) AS ({}), \
          d AS (SELECT COALESCE(SUM(v.reserved), 0) AS reserved, COALESCE(SUM(v.spent), 0) AS spent \
-               FROM v JOIN messages m ON m.id = v.message AND m.owner = v.owner AND m.status = {status} \
+               FROM v JOIN messages m ON m.id = v.message AND m.owner = v.owner AND m.status = '{streaming}' \
                HAVING COUNT(*) > 0) \
          UPDATE budgets SET reserved = budgets.reserved - d.reserved, spent = budgets.spent + d.spent \
          FROM d WHERE budgets.site = {site} AND budgets.day = {day}",
-        marks.rows(rows, 4),
+        rows.table(),
         site = Marks::after(first, 1),
         day = Marks::after(first, 2),
-        status = Marks::after(first, 3),
+        streaming = MessageStatus::Streaming.as_str(),
     )
 }
 
@@ -129,23 +132,21 @@ async fn settle(tx: &mut Tx<'_>, row: Row<'_>, ends: &[&TurnEnd]) -> Result<(), 
     if ends.is_empty() {
         return Ok(());
     }
-    let text = settle_text(Marks::of(tx), ends.len());
-    let mut query = sqlx::query(sql(text)).persistent(false);
-    for e in ends {
+    let rows = Rows::new(Backend::of(tx), ends.len(), SETTLE);
+    let query = sqlx::query(sql(settle_text(rows))).persistent(rows.persistent());
+    let values = ends.iter().map(|e| {
         let (reserved, spent) = match &e.budget {
             Some(b) => (b.reserved, crate::budget::spent(e.usage, e.unreported)),
             None => (0, 0),
         };
-        query = query
-            .bind(reserved)
-            .bind(spent)
-            .bind(&e.message)
-            .bind(e.owner.as_str());
-    }
-    let query = query
-        .bind(row.0)
-        .bind(row.1)
-        .bind(MessageStatus::Streaming.as_str());
+        [
+            Value::from(reserved),
+            Value::from(spent),
+            Value::from(&e.message),
+            Value::from(e.owner.as_str()),
+        ]
+    });
+    let query = rows.bind(query, values).bind(row.0).bind(row.1);
     query.execute(&mut **tx).await?;
     Ok(())
 }
@@ -188,17 +189,28 @@ async fn reserve(
     Ok(out)
 }
 
-/// The statement of `finish_answers` for `rows` ends: the rows' values
-/// first, then the status.
-fn finish_text(marks: Marks, rows: usize) -> String {
+/// The columns of `finish_answers`' rows: id, text, status, citations, input
+/// and output tokens, owner.
+const FINISH: &[Kind] = &[
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Int,
+    Kind::Int,
+    Kind::Text,
+];
+
+/// The statement of `finish_answers` for its `rows`.
+fn finish_text(rows: Rows) -> String {
     format!(
-        "WITH v (id, text, status, citations, input_tokens, output_tokens, owner) AS (VALUES {}) \
+        "WITH v (id, text, status, citations, input_tokens, output_tokens, owner) AS ({}) \
          UPDATE messages SET text = v.text, status = v.status, citations = v.citations, \
          input_tokens = v.input_tokens, output_tokens = v.output_tokens \
-         FROM v WHERE messages.id = v.id AND messages.owner = v.owner AND messages.status = {} \
+         FROM v WHERE messages.id = v.id AND messages.owner = v.owner AND messages.status = '{}' \
          RETURNING messages.id AS id",
-        marks.rows(rows, 7),
-        Marks::after(rows * 7, 1),
+        rows.table(),
+        MessageStatus::Streaming.as_str(),
     )
 }
 
@@ -211,20 +223,20 @@ async fn finish_answers(
     if ends.is_empty() {
         return Ok(HashSet::new());
     }
-    let text = finish_text(Marks::of(tx), ends.len());
-    let mut query = sqlx::query(sql(text)).persistent(false);
-    for e in ends {
-        query = query
-            .bind(&e.message)
-            .bind(&e.text)
-            .bind(e.status.as_str())
-            .bind(&e.citations)
-            .bind(e.usage.input_tokens as i64)
-            .bind(e.usage.output_tokens as i64)
-            .bind(e.owner.as_str());
-    }
-    let query = query.bind(MessageStatus::Streaming.as_str());
-    let rows = query.fetch_all(&mut **tx).await?;
+    let rows = Rows::new(Backend::of(tx), ends.len(), FINISH);
+    let query = sqlx::query(sql(finish_text(rows))).persistent(rows.persistent());
+    let values = ends.iter().map(|e| {
+        [
+            Value::from(&e.message),
+            Value::from(&e.text),
+            Value::from(e.status.as_str()),
+            Value::from(&e.citations),
+            Value::from(e.usage.input_tokens as i64),
+            Value::from(e.usage.output_tokens as i64),
+            Value::from(e.owner.as_str()),
+        ]
+    });
+    let rows = rows.bind(query, values).fetch_all(&mut **tx).await?;
     rows.iter()
         .map(|r| sqlx::Row::try_get::<String, _>(r, "id"))
         .collect()
@@ -235,38 +247,42 @@ async fn insert_conversations(tx: &mut Tx<'_>, starts: &[&TurnStart]) -> Result<
     if new.is_empty() {
         return Ok(());
     }
+    const COLUMNS: &[Kind] = &[Kind::Text, Kind::Text, Kind::Text, Kind::Int];
+    let rows = Rows::new(Backend::of(tx), new.len(), COLUMNS);
     let text = format!(
-        "INSERT INTO conversations (id, site, visitor, created_at) VALUES {}",
-        Marks::of(tx).rows(new.len(), 4)
+        "INSERT INTO conversations (id, site, visitor, created_at) {}",
+        rows.table()
     );
-    let mut query = sqlx::query(sql(text)).persistent(false);
-    for s in new {
-        query = query
-            .bind(&s.conversation)
-            .bind(&s.site)
-            .bind(&s.visitor)
-            .bind(s.now);
-    }
-    query.execute(&mut **tx).await?;
+    let query = sqlx::query(sql(text)).persistent(rows.persistent());
+    let values = new.iter().map(|s| {
+        [
+            Value::from(&s.conversation),
+            Value::from(&s.site),
+            Value::from(&s.visitor),
+            Value::from(s.now),
+        ]
+    });
+    rows.bind(query, values).execute(&mut **tx).await?;
     Ok(())
 }
 
-/// The statement of `close_pending_cards` for `rows` conversations: the
-/// rows' values first, then the four states.
-fn close_cards_text(marks: Marks, rows: usize) -> String {
-    let first = rows * 2;
+/// The columns of `close_pending_cards`' rows: conversation, now.
+const CLOSE_CARDS: &[Kind] = &[Kind::Text, Kind::Int];
+
+/// The statement of `close_pending_cards` for its `rows`.
+fn close_cards_text(rows: Rows) -> String {
     format!(
-        "WITH v (v_conversation, v_now) AS (VALUES {}) \
+        "WITH v (v_conversation, v_now) AS ({}) \
          UPDATE calls SET \
-         reason = CASE WHEN calls.expires_at <= v.v_now THEN calls.reason ELSE {superseded} END, \
+         reason = CASE WHEN calls.expires_at <= v.v_now THEN calls.reason ELSE '{superseded}' END, \
          decided_at = CASE WHEN calls.expires_at <= v.v_now THEN calls.expires_at ELSE v.v_now END, \
-         status = CASE WHEN calls.expires_at <= v.v_now THEN {expired} ELSE {cancelled} END \
-         FROM v WHERE calls.status = {pending} AND calls.conversation = v.v_conversation RETURNING {COLUMNS}",
-        marks.rows(rows, 2),
-        expired = Marks::after(first, 1),
-        cancelled = Marks::after(first, 2),
-        superseded = Marks::after(first, 3),
-        pending = Marks::after(first, 4),
+         status = CASE WHEN calls.expires_at <= v.v_now THEN '{expired}' ELSE '{cancelled}' END \
+         FROM v WHERE calls.status = '{pending}' AND calls.conversation = v.v_conversation RETURNING {COLUMNS}",
+        rows.table(),
+        expired = CallStatus::Expired.as_str(),
+        cancelled = CallStatus::Cancelled.as_str(),
+        superseded = Reason::Superseded.as_str(),
+        pending = CallStatus::Pending.as_str(),
     )
 }
 
@@ -284,17 +300,12 @@ async fn close_pending_cards(tx: &mut Tx<'_>, starts: &[&TurnStart]) -> Result<(
     if continued.is_empty() {
         return Ok(());
     }
-    let text = close_cards_text(Marks::of(tx), continued.len());
-    let mut query = sqlx::query(sql(text)).persistent(false);
-    for s in &continued {
-        query = query.bind(&s.conversation).bind(s.now);
-    }
-    let query = query
-        .bind(CallStatus::Expired.as_str())
-        .bind(CallStatus::Cancelled.as_str())
-        .bind(Reason::Superseded.as_str())
-        .bind(CallStatus::Pending.as_str());
-    let rows = query.fetch_all(&mut **tx).await?;
+    let rows = Rows::new(Backend::of(tx), continued.len(), CLOSE_CARDS);
+    let query = sqlx::query(sql(close_cards_text(rows))).persistent(rows.persistent());
+    let values = continued
+        .iter()
+        .map(|s| [Value::from(&s.conversation), Value::from(s.now)]);
+    let rows = rows.bind(query, values).fetch_all(&mut **tx).await?;
     let closed: Vec<CallRow> = rows.iter().map(call).collect::<Result<_, _>>()?;
     for c in &closed {
         let now = continued
@@ -328,13 +339,37 @@ async fn insert_messages(tx: &mut Tx<'_>, messages: &[&MessageRow]) -> Result<()
     if messages.is_empty() {
         return Ok(());
     }
-    let marks = Marks::of(tx);
-    crate::store::conversations::insert_messages(&mut **tx, messages, marks).await
+    let backend = Backend::of(tx);
+    crate::store::conversations::insert_messages(&mut **tx, messages, backend).await
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Marks, close_cards_text, finish_text, settle_text};
+    use super::{CLOSE_CARDS, FINISH, SETTLE, close_cards_text, finish_text, settle_text};
+    use crate::store::Backend;
+    use crate::store::rows::{Kind, Rows};
+
+    /// The `$n` names a statement's text uses.
+    fn named(text: &str) -> std::collections::BTreeSet<String> {
+        text.match_indices('$')
+            .map(|(i, _)| {
+                let digits = text[i + 1..].find(|c: char| !c.is_ascii_digit());
+                text[i..i + 1 + digits.unwrap_or(text.len() - i - 1)].to_string()
+            })
+            .collect()
+    }
+
+    fn texts(backend: Backend, rows: usize) -> [(String, &'static [Kind], usize); 3] {
+        [
+            (settle_text(Rows::new(backend, rows, SETTLE)), SETTLE, 2),
+            (finish_text(Rows::new(backend, rows, FINISH)), FINISH, 0),
+            (
+                close_cards_text(Rows::new(backend, rows, CLOSE_CARDS)),
+                CLOSE_CARDS,
+                0,
+            ),
+        ]
+    }
 
     /// On SQLite a batch's statements name only their few constants, however
     /// many rows they carry: named parameters cost SQLite and sqlx a walk of
@@ -342,56 +377,53 @@ mod tests {
     #[test]
     fn a_batchs_statements_on_sqlite_name_only_their_constants() {
         for rows in [1, 7, 60] {
-            for (text, width, constants) in [
-                (settle_text(Marks::Anonymous, rows), 4, 3),
-                (finish_text(Marks::Anonymous, rows), 7, 1),
-                (close_cards_text(Marks::Anonymous, rows), 2, 4),
-            ] {
-                assert_eq!(text.matches('?').count(), rows * width, "{text}");
-                let named: std::collections::BTreeSet<&str> = text
-                    .match_indices('$')
-                    .map(|(i, _)| {
-                        let digits = text[i + 1..].find(|c: char| !c.is_ascii_digit());
-                        &text[i..i + 1 + digits.unwrap_or(text.len() - i - 1)]
-                    })
+            for (text, kinds, constants) in texts(Backend::Sqlite, rows) {
+                assert_eq!(text.matches('?').count(), rows * kinds.len(), "{text}");
+                let expected = (1..=constants)
+                    .map(|i| crate::store::marks::Marks::after(rows * kinds.len(), i))
                     .collect();
-                let expected: std::collections::BTreeSet<String> = (1..=constants)
-                    .map(|i| Marks::after(rows * width, i))
-                    .collect();
-                let named: std::collections::BTreeSet<String> =
-                    named.into_iter().map(String::from).collect();
-                assert_eq!(named, expected, "{text}");
+                assert_eq!(named(&text), expected, "{text}");
             }
         }
     }
 
-    /// On PostgreSQL the same statements number every value, the rows' first;
-    /// each constant sits where its function binds it (after the rows, in the
-    /// order of its `.bind` calls), on both databases.
+    /// On PostgreSQL a batch's statement is the same text whatever the batch's
+    /// size, one parameter a column and its constants after them, so that it
+    /// is planned once and kept (`rows.rs`).
     #[test]
-    fn a_batchs_statements_on_postgres_number_the_rows_first() {
-        let text = settle_text(Marks::Numbered, 2);
+    fn a_batchs_statements_on_postgres_are_one_text_for_every_size() {
+        for ((one, kinds, constants), (many, _, _)) in texts(Backend::Postgres, 1)
+            .into_iter()
+            .zip(texts(Backend::Postgres, 90))
+        {
+            assert_eq!(one, many);
+            assert!(!one.contains('?'), "{one}");
+            let expected = (1..=kinds.len() + constants)
+                .map(|i| format!("${i}"))
+                .collect();
+            assert_eq!(named(&one), expected, "{one}");
+        }
+        let text = settle_text(Rows::new(Backend::Postgres, 3, SETTLE));
         assert!(
-            text.contains("VALUES ($1, $2, $3, $4), ($5, $6, $7, $8)"),
+            text.contains("budgets.site = $5 AND budgets.day = $6"),
             "{text}"
         );
-        assert!(!text.contains('?'), "{text}");
-        for marks in [Marks::Numbered, Marks::Anonymous] {
-            // Bound after the rows: the site, the day, the status.
-            let text = settle_text(marks, 2);
+    }
+
+    /// The states a batch filters on are in the statements' texts, where a plan
+    /// kept for every batch can use the partial index on streaming answers.
+    #[test]
+    fn the_states_a_batch_filters_on_are_written_into_its_statements() {
+        for backend in [Backend::Sqlite, Backend::Postgres] {
+            let [(settle, ..), (finish, ..), (cards, ..)] = texts(backend, 2);
+            assert!(settle.contains("m.status = 'streaming'"), "{settle}");
+            assert!(finish.contains("messages.status = 'streaming'"), "{finish}");
+            assert!(cards.contains("calls.status = 'pending'"), "{cards}");
             assert!(
-                text.contains("budgets.site = $9 AND budgets.day = $10"),
-                "{text}"
+                cards.contains("THEN 'expired' ELSE 'cancelled' END"),
+                "{cards}"
             );
-            assert!(text.contains("m.status = $11"), "{text}");
-            // Bound after the rows: the status.
-            let text = finish_text(marks, 2);
-            assert!(text.contains("messages.status = $15"), "{text}");
-            // Bound after the rows: expired, cancelled, superseded, pending.
-            let text = close_cards_text(marks, 3);
-            assert!(text.contains("THEN $7 ELSE $8 END"), "{text}");
-            assert!(text.contains("calls.reason ELSE $9 END"), "{text}");
-            assert!(text.contains("calls.status = $10"), "{text}");
+            assert!(cards.contains("ELSE 'superseded' END"), "{cards}");
         }
     }
 }

@@ -78,8 +78,8 @@ pub(in crate::store) async fn begin_in(
             crate::ops::metrics::confirmation(&c.site, "superseded");
         }
     }
-    let marks = crate::store::marks::Marks::of(tx);
-    insert_messages(&mut **tx, &[&t.visitor_message, &t.bubble], marks).await?;
+    let backend = crate::store::Backend::of(tx);
+    insert_messages(&mut **tx, &[&t.visitor_message, &t.bubble], backend).await?;
     Ok(Reservation::Reserved)
 }
 
