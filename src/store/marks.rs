@@ -1,5 +1,6 @@
 //! Placeholders for statements whose size grows with a batch (the group
-//! commit's rows, a list of chunks to read).
+//! commit's rows on SQLite, a list of chunks to read; on PostgreSQL the group
+//! commit's rows are arrays, `rows.rs`).
 //!
 //! SQLite keeps a statement's named parameters (`$7`) in a list and walks it
 //! by name for each one it parses (`strncmp`), and sqlx asks it each
@@ -74,18 +75,6 @@ impl Marks {
                 // Writing to a String cannot fail.
                 let _ = write!(out, "${n}");
             }
-        }
-    }
-}
-
-impl Backend {
-    /// The database `connection` talks to, by sqlx's name for it ("SQLite",
-    /// "PostgreSQL").
-    pub(in crate::store) fn of(connection: &sqlx::AnyConnection) -> Backend {
-        if connection.backend_name().eq_ignore_ascii_case("sqlite") {
-            Backend::Sqlite
-        } else {
-            Backend::Postgres
         }
     }
 }

@@ -80,6 +80,18 @@ pub enum Backend {
     Postgres,
 }
 
+impl Backend {
+    /// The database `connection` talks to, by sqlx's name for it ("SQLite",
+    /// "PostgreSQL").
+    pub(in crate::store) fn of(connection: &sqlx::AnyConnection) -> Backend {
+        if connection.backend_name().eq_ignore_ascii_case("sqlite") {
+            Backend::Sqlite
+        } else {
+            Backend::Postgres
+        }
+    }
+}
+
 /// Reads go to `pool`; writes go to `writer`. On SQLite the writer is a single
 /// connection: writers queue fairly in the pool instead of colliding in SQLite's
 /// busy handler, whose back-off sleeps made for long tail latencies. On PostgreSQL
@@ -203,9 +215,14 @@ impl Store {
                 }),
                 // The vectors' reads take bytes as PostgreSQL prints them
                 // (`store/vectors`): hex, whatever the database's own default.
+                // The group commit's array literals mean a missing value by an
+                // unquoted NULL (`rows.rs`), which PostgreSQL reads so only while
+                // `array_nulls` is on; a database set otherwise would store the
+                // word instead.
                 Backend::Postgres => options.after_connect(|conn, _| {
                     Box::pin(async move {
                         sqlx::Executor::execute(&mut *conn, "SET bytea_output = 'hex'").await?;
+                        sqlx::Executor::execute(&mut *conn, "SET array_nulls = on").await?;
                         Ok(())
                     })
                 }),

@@ -42,6 +42,13 @@ pub(in crate::store) enum Value<'a> {
 }
 
 impl<'a> Value<'a> {
+    fn kind(&self) -> Kind {
+        match self {
+            Value::Text(_) => Kind::Text,
+            Value::Int(_) => Kind::Int,
+        }
+    }
+
     /// Binds this value to the statement's next parameter.
     pub(in crate::store) fn bind(self, query: AnyQuery<'a>) -> AnyQuery<'a> {
         match self {
@@ -75,16 +82,21 @@ impl From<i64> for Value<'_> {
     }
 }
 
-/// `count` rows of columns of `kinds`, on `backend`.
+/// `count` rows of `N` columns of `kinds`, on `backend`. Every row is given as
+/// `N` values, so none can move another into the wrong column or row.
 #[derive(Debug, Clone, Copy)]
-pub(in crate::store) struct Rows {
+pub(in crate::store) struct Rows<const N: usize> {
     backend: Backend,
     count: usize,
-    kinds: &'static [Kind],
+    kinds: &'static [Kind; N],
 }
 
-impl Rows {
-    pub(in crate::store) fn new(backend: Backend, count: usize, kinds: &'static [Kind]) -> Rows {
+impl<const N: usize> Rows<N> {
+    pub(in crate::store) fn new(
+        backend: Backend,
+        count: usize,
+        kinds: &'static [Kind; N],
+    ) -> Rows<N> {
         Rows {
             backend,
             count,
@@ -135,23 +147,31 @@ impl Rows {
     }
 
     /// Binds the rows, each given as its values in `kinds`' order.
-    pub(in crate::store) fn bind<'q, R>(
+    pub(in crate::store) fn bind<'q>(
         &self,
         mut query: AnyQuery<'q>,
-        rows: impl IntoIterator<Item = R>,
-    ) -> AnyQuery<'q>
-    where
-        R: IntoIterator<Item = Value<'q>>,
-    {
+        rows: impl IntoIterator<Item = [Value<'q>; N]>,
+    ) -> AnyQuery<'q> {
+        let rows = rows.into_iter().inspect(|row| {
+            debug_assert!(
+                row.iter().zip(self.kinds).all(|(v, k)| v.kind() == *k),
+                "a value of another kind than its column's"
+            );
+        });
         match self.backend {
             Backend::Sqlite => {
-                for value in rows.into_iter().flatten() {
-                    query = value.bind(query);
+                let mut count = 0;
+                for row in rows {
+                    count += 1;
+                    for value in row {
+                        query = value.bind(query);
+                    }
                 }
+                debug_assert_eq!(count, self.count, "rows other than the statement's");
                 query
             }
             Backend::Postgres => {
-                for column in columns(self.kinds.len(), rows) {
+                for column in columns(rows) {
                     query = query.bind(column);
                 }
                 query
@@ -161,11 +181,8 @@ impl Rows {
 }
 
 /// The rows' values as one PostgreSQL array literal per column.
-fn columns<'q, R>(width: usize, rows: impl IntoIterator<Item = R>) -> Vec<String>
-where
-    R: IntoIterator<Item = Value<'q>>,
-{
-    let mut columns: Vec<String> = vec![String::from("{"); width];
+fn columns<'q, const N: usize>(rows: impl IntoIterator<Item = [Value<'q>; N]>) -> [String; N] {
+    let mut columns: [String; N] = std::array::from_fn(|_| String::from("{"));
     for (r, row) in rows.into_iter().enumerate() {
         for (column, value) in columns.iter_mut().zip(row) {
             if r > 0 {
@@ -209,7 +226,7 @@ fn element(out: &mut String, value: Value<'_>) {
 mod tests {
     use super::{Backend, Kind, Rows, Value, columns};
 
-    const KINDS: &[Kind] = &[Kind::Text, Kind::Int, Kind::Text];
+    const KINDS: &[Kind; 3] = &[Kind::Text, Kind::Int, Kind::Text];
 
     #[test]
     fn on_sqlite_the_rows_are_a_values_list_of_anonymous_marks() {
@@ -243,8 +260,8 @@ mod tests {
             ],
         ];
         assert_eq!(
-            columns(3, rows),
-            vec![
+            columns(rows),
+            [
                 r#"{"a","b\"c\\d"}"#.to_string(),
                 "{1,-2}".to_string(),
                 r#"{NULL,"{x, y}"}"#.to_string(),
@@ -256,8 +273,8 @@ mod tests {
     fn an_empty_text_is_an_empty_element_not_a_missing_one() {
         let rows = [[Value::from(""), Value::from("NULL")]];
         assert_eq!(
-            columns(2, rows),
-            vec![r#"{""}"#.to_string(), r#"{"NULL"}"#.to_string()]
+            columns(rows),
+            [r#"{""}"#.to_string(), r#"{"NULL"}"#.to_string()]
         );
     }
 }

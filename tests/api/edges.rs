@@ -331,10 +331,10 @@ fn continuation_bubble(
     }
 }
 
-/// Any text but NUL, which neither database's text type holds: quotes,
-/// backslashes, control characters, every plane of Unicode.
-/// Any text but NUL, with the characters that PostgreSQL's array literals
-/// (the group commit's columns there) and SQL quote or escape drawn often.
+/// Any text but NUL, which neither database's text type holds: control
+/// characters, every plane of Unicode, and drawn often the characters that
+/// SQL and PostgreSQL's array literals (the group commit's columns there)
+/// quote or escape.
 fn any_text() -> impl Strategy<Value = String> {
     let special = proptest::sample::select(vec!['"', '\\', '\'', '{', '}', ',', ' ', '\n']);
     let char = prop_oneof![any::<char>().prop_filter("no NUL", |c| *c != '\0'), special];
@@ -394,6 +394,8 @@ fn a_batchs_rows_come_back_exactly_for_any_text() {
                         |role| crate::support::message_row(&deskbell::ids::new_id("m"), &conversation, role);
                     let mut asked = new_message(Role::Visitor);
                     asked.text = question.clone();
+                    // Missing values and the word NULL come back as they went in.
+                    asked.author = (i == 1).then(|| "NULL".to_string());
                     let mut bubble = new_message(Role::Assistant);
                     bubble.text = String::new();
                     bubble.status = MessageStatus::Streaming;
@@ -404,7 +406,7 @@ fn a_batchs_rows_come_back_exactly_for_any_text() {
                         message: bubble.id.clone(),
                         text: answer.clone(),
                         status: MessageStatus::Answered,
-                        citations: Some(citations.clone()),
+                        citations: (i != 0).then(|| citations.clone()),
                         usage: Usage { input_tokens: 7 + i, output_tokens: 9 + 2 * i },
                         unreported: 0,
                         budget: Some(share.clone()),
@@ -435,12 +437,42 @@ fn a_batchs_rows_come_back_exactly_for_any_text() {
                             .bind(id.to_string())
                             .fetch_one(&db)
                     };
+                    // Every column of both new messages, as they were given.
+                    for m in [&start.visitor_message, &start.bubble] {
+                        let row = sqlx::query(
+                            "SELECT conversation, turn, role, created_at, owner, budget_day, reserved, author \
+                             FROM messages WHERE id = $1",
+                        )
+                        .bind(m.id.clone())
+                        .fetch_one(&db)
+                        .await
+                        .unwrap();
+                        assert_eq!(row.get::<String, _>("conversation"), m.conversation);
+                        assert_eq!(row.get::<String, _>("turn"), m.turn);
+                        assert_eq!(row.get::<String, _>("role"), m.role.as_str());
+                        assert_eq!(row.get::<i64, _>("created_at"), m.created_at);
+                        assert_eq!(row.get::<Option<String>, _>("owner"), m.owner);
+                        assert_eq!(row.get::<Option<String>, _>("budget_day"), m.budget_day);
+                        assert_eq!(row.get::<i64, _>("reserved"), m.reserved);
+                        assert_eq!(row.get::<Option<String>, _>("author"), m.author);
+                    }
+                    let row = sqlx::query("SELECT site, visitor, created_at FROM conversations WHERE id = $1")
+                        .bind(start.conversation.clone())
+                        .fetch_one(&db)
+                        .await
+                        .unwrap();
+                    assert_eq!(
+                        (row.get::<String, _>("site"), row.get::<String, _>("visitor"), row.get::<i64, _>("created_at")),
+                        (start.site.clone(), start.visitor.clone(), start.now)
+                    );
                     let row = read(&start.visitor_message.id).await.unwrap();
                     assert_eq!(&row.get::<String, _>("text"), question);
+                    assert_eq!(row.get::<Option<String>, _>("citations"), None);
                     let row = read(&start.bubble.id).await.unwrap();
                     assert_eq!(&row.get::<String, _>("text"), answer);
                     assert_eq!(row.get::<String, _>("status"), "answered");
-                    assert_eq!(row.get::<Option<String>, _>("citations").as_ref(), Some(citations));
+                    let expected = (i != 0).then_some(citations);
+                    assert_eq!(row.get::<Option<String>, _>("citations").as_ref(), expected);
                     assert_eq!(
                         (row.get::<i64, _>("input_tokens"), row.get::<i64, _>("output_tokens")),
                         (7 + i, 9 + 2 * i)

@@ -40,7 +40,8 @@ pub struct MessageRow {
 /// The messages table's columns a new message fills, in the order of
 /// `message_values`.
 const MESSAGE_COLUMNS: &str = "id, conversation, turn, role, text, status, citations, created_at, owner, budget_day, reserved, author";
-const MESSAGE_KINDS: &[Kind] = &[
+/// The kinds of `MESSAGE_COLUMNS`, for PostgreSQL's arrays.
+const MESSAGE_KINDS: &[Kind; 12] = &[
     Kind::Text,
     Kind::Text,
     Kind::Text,
@@ -55,6 +56,7 @@ const MESSAGE_KINDS: &[Kind] = &[
     Kind::Text,
 ];
 
+/// A new message's values, in `MESSAGE_COLUMNS`' order.
 fn message_values(m: &MessageRow) -> [Value<'_>; 12] {
     [
         Value::from(&m.id),

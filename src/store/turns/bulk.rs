@@ -107,10 +107,10 @@ pub(in crate::store) async fn write(
 }
 
 /// The columns of `settle`'s rows: reserved, spent, message, owner.
-const SETTLE: &[Kind] = &[Kind::Int, Kind::Int, Kind::Text, Kind::Text];
+const SETTLE: &[Kind; 4] = &[Kind::Int, Kind::Int, Kind::Text, Kind::Text];
 
 /// The statement of `settle` for its `rows`, then the site and the day.
-fn settle_text(rows: Rows) -> String {
+fn settle_text(rows: Rows<4>) -> String {
     let first = rows.taken();
     format!(
         "WITH v (reserved, spent, message, owner) AS ({}), \
@@ -191,7 +191,7 @@ async fn reserve(
 
 /// The columns of `finish_answers`' rows: id, text, status, citations, input
 /// and output tokens, owner.
-const FINISH: &[Kind] = &[
+const FINISH: &[Kind; 7] = &[
     Kind::Text,
     Kind::Text,
     Kind::Text,
@@ -202,7 +202,7 @@ const FINISH: &[Kind] = &[
 ];
 
 /// The statement of `finish_answers` for its `rows`.
-fn finish_text(rows: Rows) -> String {
+fn finish_text(rows: Rows<7>) -> String {
     format!(
         "WITH v (id, text, status, citations, input_tokens, output_tokens, owner) AS ({}) \
          UPDATE messages SET text = v.text, status = v.status, citations = v.citations, \
@@ -242,13 +242,15 @@ async fn finish_answers(
         .collect()
 }
 
+/// The columns of a new conversation's row: id, site, visitor, created at.
+const CONVERSATIONS: &[Kind; 4] = &[Kind::Text, Kind::Text, Kind::Text, Kind::Int];
+
 async fn insert_conversations(tx: &mut Tx<'_>, starts: &[&TurnStart]) -> Result<(), sqlx::Error> {
     let new: Vec<&&TurnStart> = starts.iter().filter(|s| s.is_new).collect();
     if new.is_empty() {
         return Ok(());
     }
-    const COLUMNS: &[Kind] = &[Kind::Text, Kind::Text, Kind::Text, Kind::Int];
-    let rows = Rows::new(Backend::of(tx), new.len(), COLUMNS);
+    let rows = Rows::new(Backend::of(tx), new.len(), CONVERSATIONS);
     let text = format!(
         "INSERT INTO conversations (id, site, visitor, created_at) {}",
         rows.table()
@@ -267,10 +269,10 @@ async fn insert_conversations(tx: &mut Tx<'_>, starts: &[&TurnStart]) -> Result<
 }
 
 /// The columns of `close_pending_cards`' rows: conversation, now.
-const CLOSE_CARDS: &[Kind] = &[Kind::Text, Kind::Int];
+const CLOSE_CARDS: &[Kind; 2] = &[Kind::Text, Kind::Int];
 
 /// The statement of `close_pending_cards` for its `rows`.
-fn close_cards_text(rows: Rows) -> String {
+fn close_cards_text(rows: Rows<2>) -> String {
     format!(
         "WITH v (v_conversation, v_now) AS ({}) \
          UPDATE calls SET \
