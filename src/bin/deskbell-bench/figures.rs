@@ -84,6 +84,9 @@ pub async fn run_all(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     if wants("throughput") {
         throughput(&sizes).await?;
     }
+    if wants("commit-floor") {
+        crate::floor::commit_floor(&sizes).await?;
+    }
     if wants("metrics") {
         metrics_on_and_off(&sizes).await?;
     }

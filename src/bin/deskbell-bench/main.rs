@@ -13,6 +13,7 @@ mod desk;
 #[cfg(feature = "local-model")]
 mod encoder_product;
 mod figures;
+mod floor;
 mod knowledge;
 mod latency;
 mod load;
@@ -41,7 +42,7 @@ Options:
   --only <figure>  one group: start, ttft, latency, throughput, metrics,
                    confirm, guards, visitors, knowledge, retrieval-quality,
                    retrieval-speed, retrieval-graph, retrieval-ingest,
-                   encoder-product,
+                   encoder-product, commit-floor,
                    console, streams,
                    desk, local,
                    local-vs-llamacpp, replicas, quality
