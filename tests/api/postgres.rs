@@ -316,3 +316,53 @@ async fn connections_postgresql_dropped_while_idle_are_replaced() {
     let history = t.history(&token, &again.conversation()).await;
     assert_eq!(history.status, 200);
 }
+
+/// PostgreSQL reads an unquoted NULL in an array (how the group commit's
+/// columns mean a missing value there) as missing only while `array_nulls` is
+/// on. A database set otherwise still gets a batch's missing values as
+/// missing, not as the word, because every connection of the store sets it.
+#[tokio::test]
+async fn a_batchs_missing_values_stay_missing_where_the_database_reads_null_as_a_word() {
+    use deskbell::states::Role;
+    use deskbell::store::{Durability, Reservation, Store, TurnStart};
+    use sqlx::Row;
+    let url = crate::support::fresh_postgres_database().await;
+    let admin = sqlx::AnyPool::connect(&url).await.unwrap();
+    let name: String = sqlx::query("SELECT current_database()::text AS name")
+        .fetch_one(&admin)
+        .await
+        .unwrap()
+        .get("name");
+    let alter = format!("ALTER DATABASE \"{name}\" SET array_nulls = off");
+    sqlx::query(sqlx::AssertSqlSafe(alter))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let store = Store::connect(&url, Durability::default()).await.unwrap();
+    let conversation = deskbell::ids::new_id("c");
+    let message =
+        |role| crate::support::message_row(&deskbell::ids::new_id("m"), &conversation, role);
+    let asked = message(Role::Visitor);
+    let id = asked.id.clone();
+    let start = TurnStart {
+        conversation: conversation.clone(),
+        is_new: true,
+        site: "acme".into(),
+        visitor: "v_x".into(),
+        now: 1,
+        visitor_message: asked,
+        bubble: message(Role::Assistant),
+        budget: None,
+    };
+    let begun = store.turns().write_batch(&[], &[start]).await.unwrap();
+    assert_eq!(begun, [Reservation::Reserved]);
+    let db = sqlx::AnyPool::connect(&url).await.unwrap();
+    let row = sqlx::query("SELECT citations, owner, author FROM messages WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    for column in ["citations", "owner", "author"] {
+        assert_eq!(row.get::<Option<String>, _>(column), None, "{column}");
+    }
+}
