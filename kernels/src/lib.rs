@@ -62,7 +62,7 @@ mod workers;
 pub use q4::{Q4_1_BYTES, Q4Matrix};
 #[cfg(test)]
 use q8_few::every_q8_kernel;
-pub use sentence::dot_i8_rows;
+pub use sentence::{attention_few, dot_i8_rows};
 pub use wide::Q8Wide;
 pub use widened::{Q8Widened, has_widened_product};
 pub use workers::{each_on_workers, on_workers, spawn_on_workers};

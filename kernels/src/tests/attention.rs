@@ -105,3 +105,68 @@ fn shapes_that_do_not_fit_are_refused() {
     assert!(rope(&mut [0.0; 8], 2, 4, 0, &[1.0; 2], &[0.0; 1], true).is_err());
     assert!(rope(&mut [0.0; 6], 2, 3, 0, &[1.0; 4], &[0.0; 4], true).is_err());
 }
+
+/// The encoder's few-token attention as it was written before it was
+/// vectorised: each dot product summed in order.
+fn encoder_attention_in_order(qkv: &[f32], n: usize, d: usize, heads: usize) -> Vec<f32> {
+    let size = d / heads;
+    let scale = 1.0 / (size as f32).sqrt();
+    let mut out = vec![0f32; n * d];
+    for h in 0..heads {
+        for i in 0..n {
+            let q = &qkv[i * 3 * d + h * size..][..size];
+            let mut weights: Vec<f32> = (0..n)
+                .map(|j| {
+                    let k = &qkv[j * 3 * d + d + h * size..][..size];
+                    q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale
+                })
+                .collect();
+            let max = weights.iter().fold(f32::NEG_INFINITY, |m, w| m.max(*w));
+            weights.iter_mut().for_each(|w| *w = (*w - max).exp());
+            let total: f32 = weights.iter().sum();
+            for (j, w) in weights.iter().enumerate() {
+                let v = &qkv[j * 3 * d + 2 * d + h * size..][..size];
+                for (o, v) in out[i * d + h * size..][..size].iter_mut().zip(v) {
+                    *o += w / total * v;
+                }
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn the_encoder_s_few_token_attention_sums_as_the_in_order_loop_does(
+        (n, heads, size, qkv) in (1usize..20, 1usize..5, 1usize..40).prop_flat_map(|(n, heads, size)| {
+            (Just(n), Just(heads), Just(size), prop::collection::vec(-3f32..3.0, n * 3 * heads * size))
+        })
+    ) {
+        let d = heads * size;
+        let got = crate::attention_few(&qkv, n, d, heads).unwrap();
+        let want = encoder_attention_in_order(&qkv, n, d, heads);
+        for (g, w) in got.iter().zip(&want) {
+            prop_assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} against {w}");
+        }
+    }
+}
+
+#[test]
+fn the_encoder_s_few_token_attention_refuses_buffers_that_do_not_fit() {
+    let qkv = vec![0.5f32; 2 * 3 * 8];
+    assert!(crate::attention_few(&qkv, 2, 8, 2).is_ok());
+    assert!(
+        crate::attention_few(&qkv, 2, 8, 3).is_err(),
+        "heads that do not divide the width"
+    );
+    assert!(crate::attention_few(&qkv, 2, 8, 0).is_err(), "no heads");
+    assert!(
+        crate::attention_few(&qkv[1..], 2, 8, 2).is_err(),
+        "a buffer a value short"
+    );
+    assert!(
+        crate::attention_few(&qkv, 3, 8, 2).is_err(),
+        "more tokens than the buffer holds"
+    );
+}

@@ -135,7 +135,33 @@ pub fn figures(quick: bool) -> anyhow::Result<()> {
             "",
         );
     }
+    attention_figure(repeats);
     Ok(())
+}
+
+/// The few-token attention of a question (11 tokens, twelve heads of 32) in
+/// each of the six layers, on the calling thread: the median of many runs, as
+/// it is microseconds.
+fn attention_figure(repeats: usize) {
+    let (n, d, heads) = (11, 384, 12);
+    let qkv: Vec<f32> = (0..n * 3 * d)
+        .map(|j| ((j * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let mut times: Vec<f64> = (0..repeats * 50)
+        .map(|_| {
+            let started = Instant::now();
+            for _ in 0..LAYERS {
+                std::hint::black_box(deskbell_kernels::attention_few(&qkv, n, d, heads).ok());
+            }
+            started.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    report(
+        "encoder's attention, a question, 11 tokens, six layers (median)",
+        &format!("{:.1} µs", times[times.len() / 2] * 1e6),
+        "",
+    );
 }
 
 /// Every product of the encoder's six layers for `tokens` tokens (`inputs`,

@@ -273,7 +273,7 @@ impl Short {
         let d = self.dim;
         let qkv = apply(&layer.qkv, x, n)?;
         let context = if n <= SHORT_TOKENS {
-            Floats::Vec(attention(&qkv, n, d, self.heads))
+            Floats::Vec(attention(&qkv, n, d, self.heads)?)
         } else {
             // The tiles where the CPU has them; heads they do not take (not
             // a multiple of 32 wide) go to the GEMM, as everywhere else.
@@ -380,28 +380,9 @@ fn add_bias(out: &mut [f32], bias: &[f32]) {
 }
 
 /// Every token attends to every token, head by head; `qkv` holds each token's
-/// query, key and value one after another.
-pub(super) fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> Vec<f32> {
-    let size = d / heads;
-    let scale = 1.0 / (size as f32).sqrt();
-    let mut out = vec![0f32; n * d];
-    let mut weights = vec![0f32; n];
-    for h in 0..heads {
-        for i in 0..n {
-            let q = &qkv[i * 3 * d + h * size..][..size];
-            for (j, w) in weights.iter_mut().enumerate() {
-                let k = &qkv[j * 3 * d + d + h * size..][..size];
-                *w = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
-            }
-            elementwise::softmax(&mut weights, 1.0);
-            let row = &mut out[i * d + h * size..][..size];
-            for (j, w) in weights.iter().enumerate() {
-                let v = &qkv[j * 3 * d + 2 * d + h * size..][..size];
-                row.iter_mut().zip(v).for_each(|(o, v)| *o += w * v);
-            }
-        }
-    }
-    out
+/// query, key and value one after another (`deskbell_kernels::attention_few`).
+pub(super) fn attention(qkv: &[f32], n: usize, d: usize, heads: usize) -> anyhow::Result<Vec<f32>> {
+    deskbell_kernels::attention_few(qkv, n, d, heads).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// A layer norm over each token's row (the norm's width, checked at load).
